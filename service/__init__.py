@@ -1,0 +1,38 @@
+"""calmon: calibration monitoring for deployed classifiers."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from flask import Flask
+
+from service.config import Settings, load_settings
+
+
+def create_app(config: Mapping[str, Any] | Settings | None = None) -> Flask:
+    """Build the WSGI application.
+
+    ``config`` is a ``Settings`` or a mapping of setting names overriding the ``CALMON_*``
+    environment (tests pass one); nothing is built at import time.
+    """
+    from service.api import register_blueprints
+    from service.api.errors import register_error_handlers
+    from service.api.session import init_session_handling
+    from service.logging import configure_logging
+    from service.storage.database import Database
+
+    settings = config if isinstance(config, Settings) else load_settings(config)
+    configure_logging(settings.log_level)
+    app = Flask(__name__)
+    app.config.update(
+        CALMON_SETTINGS=settings,
+        MAX_CONTENT_LENGTH=settings.max_body_bytes,
+        JSON_SORT_KEYS=False,
+    )
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    app.extensions["calmon.database"] = Database(settings.database_url)
+    init_session_handling(app)
+    register_error_handlers(app)
+    register_blueprints(app)
+    return app

@@ -1,0 +1,44 @@
+"""Liveness and readiness probes (open, no token)."""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response, jsonify
+from sqlalchemy import text
+from sqlalchemy.exc import SQLAlchemyError
+
+from service.api.errors import error_response
+from service.api.session import database
+from service.storage.migrate import schema_is_current
+
+bp = Blueprint("health", __name__)
+
+
+@bp.get("/healthz")
+def healthz() -> Response:
+    """The process is up."""
+    return jsonify({"status": "ok"})
+
+
+@bp.get("/readyz")
+def readyz() -> Response:
+    """The database is reachable and its schema is at the migrations' head."""
+    db = database()
+    try:
+        with db.engine.connect() as connection:
+            connection.execute(text("SELECT 1"))
+        current = schema_is_current(db.engine)
+    except SQLAlchemyError:
+        return error_response(
+            503,
+            "database_unavailable",
+            "the database is unreachable",
+            headers={"Retry-After": "5"},
+        )
+    if not current:
+        return error_response(
+            503,
+            "schema_outdated",
+            "the database schema is not at head: run 'calmon migrate'",
+            headers={"Retry-After": "30"},
+        )
+    return jsonify({"status": "ready", "database": db.backend})

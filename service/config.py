@@ -1,0 +1,80 @@
+"""Settings: defaults in code, ``CALMON_*`` environment overrides, explicit mappings for tests."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+DEFAULT_WINDOWS = ("1h", "24h", "7d")
+
+
+def default_database_url() -> str:
+    """Return the embedded SQLite default: ``./instance/calmon.db`` relative to the working dir."""
+    return f"sqlite:///{Path('instance').resolve() / 'calmon.db'}"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the service reads from its environment, in one place.
+
+    ``refresh_seconds`` is how often stored readings behind the Prometheus gauges are recomputed;
+    ``max_body_bytes`` bounds a request body (larger bodies get 413).
+    """
+
+    database_url: str = field(default_factory=default_database_url)
+    admin_token: str | None = None
+    windows: tuple[str, ...] = DEFAULT_WINDOWS
+    refresh_seconds: float = 30.0
+    max_body_bytes: int = 16 * 1024 * 1024
+    max_cohort_values: int = 100
+    log_level: str = "INFO"
+
+
+_ENV_PREFIX = "CALMON_"
+
+
+def _coerce(name: str, raw: Any) -> Any:
+    if name == "windows":
+        if isinstance(raw, str):
+            return tuple(w.strip() for w in raw.split(",") if w.strip())
+        return tuple(raw)
+    if name in ("max_body_bytes", "max_cohort_values"):
+        return int(raw)
+    if name == "refresh_seconds":
+        return float(raw)
+    if name == "admin_token":
+        return raw or None
+    return raw
+
+
+def load_settings(
+    overrides: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None
+) -> Settings:
+    """Build settings from ``environ`` (default ``os.environ``), then apply ``overrides``.
+
+    Environment names are the upper-cased field names with the ``CALMON_`` prefix
+    (``CALMON_DATABASE_URL``, ``CALMON_WINDOWS=1h,24h,7d``...). Override keys are field names.
+    Raises ``ValueError`` naming the variable when a value cannot be parsed.
+    """
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for f in fields(Settings):
+        key = _ENV_PREFIX + f.name.upper()
+        if key in env:
+            try:
+                values[f.name] = _coerce(f.name, env[key])
+            except ValueError as exc:
+                raise ValueError(f"{key}: {exc}") from exc
+    for name, raw in (overrides or {}).items():
+        if name not in {f.name for f in fields(Settings)}:
+            raise ValueError(f"unknown setting {name!r}")
+        values[name] = _coerce(name, raw)
+    settings = Settings(**values)
+    if settings.max_body_bytes <= 0 or settings.max_cohort_values <= 0:
+        raise ValueError("CALMON_MAX_BODY_BYTES and CALMON_MAX_COHORT_VALUES must be positive")
+    if settings.refresh_seconds <= 0:
+        raise ValueError("CALMON_REFRESH_SECONDS must be positive")
+    return settings

@@ -1,0 +1,1 @@
+"""The storage layer: the only package that imports SQLAlchemy."""

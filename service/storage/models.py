@@ -1,0 +1,136 @@
+"""Typed SQLAlchemy 2.0 models. ORM rows never leave the storage package."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar, cast
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    CheckConstraint,
+    Float,
+    ForeignKey,
+    Index,
+    LargeBinary,
+    MetaData,
+    SmallInteger,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from service.storage.types import BigIntPK, UTCDateTime
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def table_of(model: type[Base]) -> Table:
+    """The Core ``Table`` behind a mapped class (typed, for bulk statements)."""
+    return cast(Table, model.__table__)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        datetime: UTCDateTime,
+        dict[str, Any]: JSON,
+        list[Any]: JSON,
+    }
+
+
+class ApiToken(Base):
+    """A bearer token; only its SHA-256 is stored."""
+
+    __tablename__ = "api_tokens"
+    __table_args__ = (CheckConstraint("role IN ('reader', 'ingest', 'admin')", name="role"),)
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    role: Mapped[str] = mapped_column(String(16))
+    token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime]
+    created_by: Mapped[str] = mapped_column(String(100))
+    revoked_at: Mapped[datetime | None]
+
+
+class ModelRecord(Base):
+    """One row per model name: the version counter that keeps contract versions gap-free."""
+
+    __tablename__ = "models"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    latest_version: Mapped[int] = mapped_column(default=0)
+    created_at: Mapped[datetime]
+
+
+class ContractRecord(Base):
+    """An immutable calibration contract; ``content_sha256`` covers every other column but seq."""
+
+    __tablename__ = "contracts"
+    __table_args__ = (
+        UniqueConstraint("model", "version"),
+        CheckConstraint("task IN ('multiclass', 'binary')", name="task"),
+        CheckConstraint("version >= 1", name="version_positive"),
+        Index("ix_contracts_model_created_at", "model", "created_at"),
+    )
+
+    seq: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    id: Mapped[str] = mapped_column(String(36), unique=True)
+    model: Mapped[str] = mapped_column(String(200), ForeignKey("models.name"))
+    version: Mapped[int]
+    checkpoint: Mapped[str] = mapped_column(String(200))
+    task: Mapped[str] = mapped_column(String(16))
+    classes: Mapped[list[Any]]
+    calibrator: Mapped[dict[str, Any]]
+    objective: Mapped[str] = mapped_column(String(32))
+    population: Mapped[str] = mapped_column(Text)
+    outcome: Mapped[str] = mapped_column(Text)
+    data_window: Mapped[dict[str, Any]]
+    split: Mapped[dict[str, Any]]
+    bin_edges: Mapped[list[Any]]
+    baseline: Mapped[dict[str, Any]]
+    policy: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime]
+    created_by: Mapped[str] = mapped_column(String(100))
+    content_sha256: Mapped[str] = mapped_column(String(64))
+
+
+class ContractRetirement(Base):
+    """The retirement event of a contract; the contract row itself never changes."""
+
+    __tablename__ = "contract_retirements"
+
+    contract_id: Mapped[str] = mapped_column(
+        String(36), ForeignKey("contracts.id"), primary_key=True
+    )
+    reason: Mapped[str] = mapped_column(Text)
+    retired_at: Mapped[datetime]
+    retired_by: Mapped[str] = mapped_column(String(100))
+
+
+class AuditEventRecord(Base):
+    """An append-only audit event: who did what, when, to which model or contract."""
+
+    __tablename__ = "audit_events"
+    __table_args__ = (
+        Index("ix_audit_events_model_seq", "model", "seq"),
+        Index("ix_audit_events_type_seq", "type", "seq"),
+    )
+
+    seq: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    ts: Mapped[datetime]
+    type: Mapped[str] = mapped_column(String(64))
+    actor: Mapped[str] = mapped_column(String(100))
+    model: Mapped[str | None] = mapped_column(String(200))
+    contract_id: Mapped[str | None] = mapped_column(String(36))
+    details: Mapped[dict[str, Any]]
+
