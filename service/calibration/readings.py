@@ -1,0 +1,401 @@
+"""Readings: the metrics of a labeled batch or window, derived from ``CalibrationStats``.
+
+Every field of a reading is a function of the additive statistics, except the binary ROC AUC:
+from rows it is exact (mid-ranks for ties); from statistics alone it is estimated on the
+1000-cell score histogram, which counts every positive/negative pair falling in the same cell
+as a tie. The two agree exactly when no cell holds both a positive and a negative with
+different scores; the gap is at most half the share of such same-cell pairs.
+
+A reading of zero rows has NaN metrics (``None`` in ``to_dict``) and no bins.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy.stats import rankdata
+
+from service.calibration._checks import (
+    class_labels,
+    finite_number,
+    logit_matrix,
+    non_negative_number,
+    unit_scores,
+)
+from service.calibration.calibrators import (
+    Calibrator,
+    IdentityCalibrator,
+    binary_probabilities,
+    temperature_of,
+)
+from service.calibration.errors import CalibrationInputError
+from service.calibration.intervals import ece_interval, wilson_interval
+from service.calibration.stats import (
+    BINARY,
+    MULTICLASS,
+    CalibrationStats,
+    binary_stats,
+    multiclass_stats,
+)
+
+_NAN = float("nan")
+
+
+@dataclass(frozen=True)
+class ReliabilityBin:
+    """One non-empty reliability bin ``[lo, hi)`` (the last bin ``[lo, 1]``).
+
+    ``accuracy`` is the observed frequency in the bin (multiclass: top-label accuracy; binary:
+    positive rate); ``ci_lower``/``ci_upper`` its 95% Wilson interval.
+    """
+
+    lo: float
+    hi: float
+    n: int
+    mean_confidence: float
+    accuracy: float
+    ci_lower: float
+    ci_upper: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return ``{"lo", "hi", "n", "mean_confidence", "accuracy", "ci": [lo, hi]}``."""
+        return {
+            "lo": self.lo,
+            "hi": self.hi,
+            "n": self.n,
+            "mean_confidence": self.mean_confidence,
+            "accuracy": self.accuracy,
+            "ci": [self.ci_lower, self.ci_upper],
+        }
+
+
+@dataclass(frozen=True)
+class Reading:
+    """Calibration metrics of N labeled predictions (see docs/calibration.md for definitions).
+
+    Common: ``ece`` and its bootstrap ``ece_ci``, ``mce`` (largest bin gap), ``nll`` (mean
+    natural-log loss), ``brier`` (multiclass in [0, 2], binary in [0, 1]), ``accuracy``,
+    ``mean_confidence`` (binary: mean p), ``bins`` (non-empty bins only), ``label_counts``.
+    Multiclass: ``classwise_ece`` (None without classwise tables). Binary: ``auc``,
+    ``prevalence``, ``mean_score``, ``threshold`` and ``expected_cost`` (None without costs).
+    """
+
+    task: str
+    n: int
+    ece: float
+    ece_ci: tuple[float, float]
+    mce: float
+    nll: float
+    brier: float
+    accuracy: float
+    mean_confidence: float
+    bins: tuple[ReliabilityBin, ...]
+    label_counts: tuple[int, ...]
+    classwise_ece: float | None = None
+    auc: float | None = None
+    prevalence: float | None = None
+    mean_score: float | None = None
+    threshold: float | None = None
+    expected_cost: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON-able reading (NaN becomes None); keys depend on the task."""
+        out: dict[str, Any] = {
+            "n": self.n,
+            "ece": _json(self.ece),
+            "ece_ci": [_json(self.ece_ci[0]), _json(self.ece_ci[1])],
+            "mce": _json(self.mce),
+            "nll": _json(self.nll),
+            "brier": _json(self.brier),
+            "accuracy": _json(self.accuracy),
+            "mean_confidence": _json(self.mean_confidence),
+            "bins": [b.to_dict() for b in self.bins],
+            "label_counts": list(self.label_counts),
+        }
+        extra = _MULTICLASS_KEYS if self.task == MULTICLASS else _BINARY_KEYS
+        for key in extra:
+            out[key] = _json(getattr(self, key))
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], field: str = "reading") -> Reading:
+        """Rebuild a reading from ``to_dict`` output (the task is told by its keys)."""
+        if not isinstance(d, Mapping):
+            raise CalibrationInputError(field, "must be an object")
+        task = BINARY if "auc" in d else MULTICLASS
+        extra = _BINARY_KEYS if task == BINARY else _MULTICLASS_KEYS
+        allowed = set(_COMMON_KEYS) | set(extra)
+        for key in d:
+            if key not in allowed:
+                raise CalibrationInputError(f"{field}.{key}", "is not a reading field")
+        for key in _COMMON_KEYS:
+            if key not in d:
+                raise CalibrationInputError(f"{field}.{key}", "is required")
+        n = _whole(d["n"], f"{field}.n")
+        ci = d["ece_ci"]
+        if not isinstance(ci, list | tuple) or len(ci) != 2:
+            raise CalibrationInputError(f"{field}.ece_ci", "must be [lower, upper]")
+        counts = d["label_counts"]
+        if not isinstance(counts, list | tuple) or len(counts) < 2:
+            raise CalibrationInputError(f"{field}.label_counts", "must list >= 2 counts")
+        bins = d["bins"]
+        if not isinstance(bins, list | tuple):
+            raise CalibrationInputError(f"{field}.bins", "must be a list")
+        values: dict[str, Any] = {
+            key: _number_or_nan(d.get(key), f"{field}.{key}")
+            for key in ("ece", "mce", "nll", "brier", "accuracy", "mean_confidence")
+        }
+        for key in extra:
+            raw = d.get(key)
+            values[key] = (
+                None
+                if raw is None and key == "expected_cost"
+                else _number_or_nan(raw, f"{field}.{key}")
+            )
+        return cls(
+            task=task,
+            n=n,
+            ece_ci=(
+                _number_or_nan(ci[0], f"{field}.ece_ci"),
+                _number_or_nan(ci[1], f"{field}.ece_ci"),
+            ),
+            bins=tuple(_bin_from_dict(b, f"{field}.bins[{i}]") for i, b in enumerate(bins)),
+            label_counts=tuple(_whole(c, f"{field}.label_counts") for c in counts),
+            **values,
+        )
+
+
+_COMMON_KEYS = (
+    "n",
+    "ece",
+    "ece_ci",
+    "mce",
+    "nll",
+    "brier",
+    "accuracy",
+    "mean_confidence",
+    "bins",
+    "label_counts",
+)
+_MULTICLASS_KEYS = ("classwise_ece",)
+_BINARY_KEYS = ("auc", "prevalence", "mean_score", "threshold", "expected_cost")
+_BIN_KEYS = ("lo", "hi", "n", "mean_confidence", "accuracy", "ci")
+
+
+def _json(value: float | None) -> float | None:
+    return None if value is None or math.isnan(value) else value
+
+
+def _number_or_nan(value: Any, field: str) -> float:
+    return _NAN if value is None else finite_number(value, field)
+
+
+def _whole(value: Any, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise CalibrationInputError(field, "must be a non-negative integer")
+    return value
+
+
+def _bin_from_dict(d: Any, field: str) -> ReliabilityBin:
+    if not isinstance(d, Mapping) or set(d) != set(_BIN_KEYS):
+        raise CalibrationInputError(field, f"must be an object with keys {list(_BIN_KEYS)}")
+    ci = d["ci"]
+    if not isinstance(ci, list | tuple) or len(ci) != 2:
+        raise CalibrationInputError(f"{field}.ci", "must be [lower, upper]")
+    return ReliabilityBin(
+        lo=finite_number(d["lo"], f"{field}.lo"),
+        hi=finite_number(d["hi"], f"{field}.hi"),
+        n=_whole(d["n"], f"{field}.n"),
+        mean_confidence=finite_number(d["mean_confidence"], f"{field}.mean_confidence"),
+        accuracy=finite_number(d["accuracy"], f"{field}.accuracy"),
+        ci_lower=finite_number(ci[0], f"{field}.ci"),
+        ci_upper=finite_number(ci[1], f"{field}.ci"),
+    )
+
+
+def decision_threshold(c_fp: float, c_fn: float) -> float:
+    """Return the cost-minimising threshold ``c_fp / (c_fp + c_fn)`` for calibrated p."""
+    fp = non_negative_number(c_fp, "c_fp")
+    fn = non_negative_number(c_fn, "c_fn")
+    if fp + fn <= 0.0:
+        raise CalibrationInputError("c_fn", "c_fp + c_fn must be > 0")
+    return fp / (fp + fn)
+
+
+def binary_auc(scores: Any, labels: Any) -> float:
+    """Return the exact ROC AUC of (N,) scores against (N,) labels in {0, 1}.
+
+    Mann-Whitney form with mid-ranks, so tied scores count one half. NaN if a class is absent.
+    """
+    s = unit_scores(scores)
+    y = class_labels(labels, s.shape[0], 2)
+    positives = int(y.sum())
+    negatives = y.size - positives
+    if positives == 0 or negatives == 0:
+        return _NAN
+    rank_sum = float(rankdata(s)[y == 1].sum())
+    return (rank_sum - positives * (positives + 1) / 2.0) / (positives * negatives)
+
+
+def histogram_auc(positive_hist: Any, negative_hist: Any) -> float:
+    """Return the ROC AUC estimated from per-cell counts of positives and negatives.
+
+    Pairs in different cells are ordered by cell; pairs in the same cell count as ties.
+    """
+    pos = np.asarray(positive_hist, dtype=np.float64)
+    neg = np.asarray(negative_hist, dtype=np.float64)
+    P, Q = pos.sum(), neg.sum()
+    if P == 0 or Q == 0:
+        return _NAN
+    below = np.cumsum(neg) - neg
+    return float(np.dot(pos, below + 0.5 * neg) / (P * Q))
+
+
+def reading_from_stats(
+    stats: CalibrationStats, *, costs: tuple[float, float] | None = None
+) -> Reading:
+    """Compute a reading from additive statistics.
+
+    ``costs = (c_fp, c_fn)`` (binary only) adds ``expected_cost = (c_fp FP + c_fn FN) / N``;
+    the statistics must then have been taken at ``threshold = decision_threshold(c_fp, c_fn)``.
+    """
+    binary = stats.task == BINARY
+    if costs is not None:
+        if not binary:
+            raise CalibrationInputError("costs", "apply to binary readings only")
+        tau = decision_threshold(*costs)
+        if tau != stats.threshold:
+            raise CalibrationInputError(
+                "costs",
+                f"imply threshold {tau!r} but the statistics used {stats.threshold!r}",
+            )
+    N = stats.n
+    counts = stats.bin_count
+    occupied = np.flatnonzero(counts)
+    size = counts[occupied]
+    conf_sum = stats.bin_confidence_sum[occupied]
+    hits = stats.bin_correct_sum[occupied]
+    gaps = np.abs(conf_sum - hits)
+    lo, hi = wilson_interval(hits, size)
+    mean_conf = conf_sum / size
+    freq = hits / size
+    bins = tuple(
+        ReliabilityBin(
+            lo=float(stats.edges[m]),
+            hi=float(stats.edges[m + 1]),
+            n=int(size[i]),
+            mean_confidence=float(mean_conf[i]),
+            accuracy=float(freq[i]),
+            ci_lower=float(lo[i]),
+            ci_upper=float(hi[i]),
+        )
+        for i, m in enumerate(occupied)
+    )
+    per_n = (lambda x: x / N) if N else (lambda x: _NAN)
+    common: dict[str, Any] = {
+        "task": stats.task,
+        "n": N,
+        "ece": per_n(float(gaps.sum())),
+        "ece_ci": ece_interval(stats),
+        "mce": float((gaps / size).max()) if N else _NAN,
+        "nll": per_n(stats.nll_sum),
+        "brier": per_n(stats.brier_sum),
+        "accuracy": per_n(float(stats.correct_sum)),
+        "mean_confidence": per_n(stats.confidence_sum),
+        "bins": bins,
+        "label_counts": tuple(int(c) for c in stats.label_counts),
+    }
+    if not binary:
+        classwise = None
+        if stats.class_bin_prob_sum is not None and stats.class_bin_label_sum is not None:
+            table = np.abs(stats.class_bin_prob_sum - stats.class_bin_label_sum).sum(axis=1)
+            classwise = per_n(float(table.mean()))
+        return Reading(classwise_ece=classwise, **common)
+    assert stats.confusion is not None
+    expected_cost = None
+    if costs is not None:
+        fp, fn = int(stats.confusion[0, 1]), int(stats.confusion[1, 0])
+        expected_cost = per_n(costs[0] * fp + costs[1] * fn)
+    return Reading(
+        auc=histogram_auc(stats.positive_hist, stats.negative_hist),
+        prevalence=per_n(float(stats.label_counts[1])),
+        mean_score=per_n(stats.confidence_sum),
+        threshold=stats.threshold,
+        expected_cost=expected_cost,
+        **common,
+    )
+
+
+def multiclass_reading(
+    logits: Any,
+    labels: Any,
+    edges: Any,
+    calibrator: Calibrator = IdentityCalibrator(),  # noqa: B008 - immutable frozen dataclass
+    *,
+    classwise: bool = True,
+) -> Reading:
+    """Return the reading of (N, K) logits and (N,) labels under ``calibrator``."""
+    stats = multiclass_stats(logits, labels, edges, calibrator=calibrator, classwise=classwise)
+    return reading_from_stats(stats)
+
+
+def binary_reading(
+    scores: Any,
+    labels: Any,
+    edges: Any,
+    calibrator: Calibrator = IdentityCalibrator(),  # noqa: B008 - immutable frozen dataclass
+    c_fp: float | None = None,
+    c_fn: float | None = None,
+) -> Reading:
+    """Return the reading of (N,) scores in [0, 1] and (N,) labels in {0, 1}.
+
+    With both costs, tau = ``c_fp / (c_fp + c_fn)`` and ``expected_cost`` is set; with neither,
+    tau = 0.5. The AUC is the exact one of the calibrated probabilities.
+    """
+    if (c_fp is None) != (c_fn is None):
+        raise CalibrationInputError("c_fn" if c_fn is None else "c_fp", "give both costs or none")
+    costs = None if c_fp is None or c_fn is None else (float(c_fp), float(c_fn))
+    tau = 0.5 if costs is None else decision_threshold(*costs)
+    stats = binary_stats(scores, labels, edges, calibrator=calibrator, threshold=tau)
+    reading = reading_from_stats(stats, costs=costs)
+    p = binary_probabilities(calibrator, scores)
+    return dataclasses.replace(reading, auc=binary_auc(p, labels))
+
+
+def multiclass_expected_accuracy(
+    logits: Any,
+    calibrator: Calibrator = IdentityCalibrator(),  # noqa: B008 - immutable frozen dataclass
+) -> float:
+    """Return the mean top-label confidence of unlabeled (N, K) logits (NaN when N = 0).
+
+    For a calibrated model this is the accuracy it predicts before the labels arrive.
+    """
+    z = logit_matrix(logits)
+    T = temperature_of(calibrator)
+    if z.shape[0] == 0:
+        return _NAN
+    work = z - z.max(axis=1, keepdims=True)
+    if T != 1.0:
+        work /= T
+    np.exp(work, out=work)
+    return float((1.0 / np.einsum("ij->i", work)).mean())
+
+
+def binary_expected_accuracy(
+    scores: Any,
+    calibrator: Calibrator = IdentityCalibrator(),  # noqa: B008 - immutable frozen dataclass
+    threshold: float = 0.5,
+) -> float:
+    """Return the expected accuracy at ``threshold`` of unlabeled (N,) scores (NaN when N = 0).
+
+    Each row contributes its calibrated ``p`` if predicted positive (``p >= tau``), else ``1 - p``.
+    """
+    p = binary_probabilities(calibrator, scores)
+    if p.size == 0:
+        return _NAN
+    return float(np.where(p >= threshold, p, 1.0 - p).mean())
