@@ -6,7 +6,7 @@ from flask import Flask
 
 
 def register_blueprints(app: Flask) -> None:
-    from service.api import health
+    from service.api import audit, contracts, health
 
-    for module in (health,):
+    for module in (health, contracts, audit):
         app.register_blueprint(module.bp)
