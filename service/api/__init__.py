@@ -6,7 +6,7 @@ from flask import Flask
 
 
 def register_blueprints(app: Flask) -> None:
-    from service.api import audit, contracts, health
+    from service.api import audit, contracts, health, stream
 
-    for module in (health, contracts, audit):
+    for module in (health, contracts, stream, audit):
         app.register_blueprint(module.bp)

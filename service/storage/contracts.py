@@ -169,3 +169,13 @@ def insert_retirement(
     )
     session.flush()
 
+
+def latest_contract(session: Session, model: str) -> Contract | None:
+    """The highest version of ``model``, retired or not."""
+    row = session.execute(
+        _with_retirement()
+        .where(ContractRecord.model == model)
+        .order_by(ContractRecord.version.desc())
+        .limit(1)
+    ).first()
+    return None if row is None else _to_contract(row[0], row[1])

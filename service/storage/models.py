@@ -134,3 +134,71 @@ class AuditEventRecord(Base):
     contract_id: Mapped[str | None] = mapped_column(String(36))
     details: Mapped[dict[str, Any]]
 
+
+class PredictionRecord(Base):
+    """One prediction as received: raw model output, bound contract, and its label once known.
+
+    ``inputs`` holds the raw logits (K float64, little-endian) or the one binary score;
+    ``digest`` is the SHA-256 of the content (ts, cohort, inputs) that decides duplicate vs
+    conflict on a retry; ``slices`` the comma-joined capped slices it counts in.
+    """
+
+    __tablename__ = "predictions"
+    __table_args__ = (Index("ix_predictions_model_ts", "model", "ts"),)
+
+    model: Mapped[str] = mapped_column(String(200), primary_key=True)
+    id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    contract_id: Mapped[str] = mapped_column(String(36))
+    ts: Mapped[datetime]
+    cohort: Mapped[dict[str, Any]]
+    slices: Mapped[str] = mapped_column(Text)
+    inputs: Mapped[bytes] = mapped_column(LargeBinary)
+    digest: Mapped[bytes] = mapped_column(LargeBinary)
+    received_at: Mapped[datetime]
+    label: Mapped[int | None] = mapped_column(SmallInteger)
+    label_ts: Mapped[datetime | None]
+
+
+class PendingLabel(Base):
+    """A label whose prediction has not arrived yet; joined (and deleted) when it does."""
+
+    __tablename__ = "pending_labels"
+
+    model: Mapped[str] = mapped_column(String(200), primary_key=True)
+    id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    label: Mapped[int] = mapped_column(SmallInteger)
+    ts: Mapped[datetime]
+    received_at: Mapped[datetime]
+
+
+class CohortValue(Base):
+    """A cohort value admitted under the per-key cap of a model."""
+
+    __tablename__ = "cohort_values"
+
+    model: Mapped[str] = mapped_column(String(200), primary_key=True)
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(String(64), primary_key=True)
+
+
+class CalibrationBucket(Base):
+    """Additive statistics of one (model, slice, resolution, bucket, contract).
+
+    ``resolution`` is ``m`` (minute) or ``h`` (hour); ``bucket_start`` the bucket's UTC start by
+    prediction event time. ``stats`` packs the labeled predictions' ``CalibrationStats`` as
+    float64 (see ``service.calibration.packing``); ``unlabeled_expected_correct`` sums what each
+    still-unlabeled prediction expects its correctness to be (its calibrated confidence).
+    """
+
+    __tablename__ = "calibration_buckets"
+    __table_args__ = (CheckConstraint("resolution IN ('m', 'h')", name="resolution"),)
+
+    model: Mapped[str] = mapped_column(String(200), primary_key=True)
+    slice: Mapped[str] = mapped_column(String(200), primary_key=True)
+    resolution: Mapped[str] = mapped_column(String(1), primary_key=True)
+    bucket_start: Mapped[datetime] = mapped_column(primary_key=True)
+    contract_id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    n_predictions: Mapped[int] = mapped_column(BigInteger, default=0)
+    n_labeled: Mapped[int] = mapped_column(BigInteger, default=0)
+    unlabeled_expected_correct: Mapped[float] = mapped_column(Float, default=0.0)
+    stats: Mapped[bytes | None] = mapped_column(LargeBinary)

@@ -1,0 +1,76 @@
+"""The production stream: predictions and labels in, readings and cohorts out."""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response, current_app, jsonify, request
+
+from service import ingestion, monitoring
+from service.api.auth import requires
+from service.api.body import json_body
+from service.api.query import check_known, timestamp_arg
+from service.api.session import db_session
+from service.auth import Permission
+from service.cohorts import parse_slice_query
+from service.config import Settings
+from service.errors import ErrorDetail, ValidationFailed
+from service.operations import utcnow
+from service.windows import Window, WindowError
+
+bp = Blueprint("stream", __name__, url_prefix="/v1")
+
+
+def _settings() -> Settings:
+    return current_app.config["CALMON_SETTINGS"]  # type: ignore[no-any-return]
+
+
+@bp.post("/predictions")
+@requires(Permission.INGEST)
+def predictions() -> Response:
+    """Store a batch of predictions (idempotent per id)."""
+    result = ingestion.ingest_predictions(db_session(), json_body(), _settings(), utcnow())
+    return jsonify(result.to_dict())
+
+
+@bp.post("/labels")
+@requires(Permission.INGEST)
+def labels() -> Response:
+    """Join a batch of labels to their predictions."""
+    result = ingestion.ingest_labels(db_session(), json_body(), _settings(), utcnow())
+    return jsonify(result.to_dict())
+
+
+def _window(now) -> Window:  # type: ignore[no-untyped-def]
+    name = request.args.get("window")
+    start, end = timestamp_arg("start"), timestamp_arg("end")
+    try:
+        if start is not None or end is not None:
+            if name is not None:
+                raise WindowError("window", "give either window or start/end, not both")
+            if start is None or end is None:
+                raise WindowError("start" if start is None else "end", "start and end go together")
+            return Window.between(start, end)
+        return Window.trailing(name or "24h", now)
+    except WindowError as exc:
+        raise ValidationFailed("invalid window", [ErrorDetail(exc.field, str(exc))]) from None
+
+
+@bp.get("/models/<model>/calibration")
+@requires(Permission.READ)
+def calibration(model: str) -> Response:
+    """The reading of a window and cohort slice, with bins, baseline and drift."""
+    check_known(("window", "start", "end", "cohort"))
+    now = utcnow()
+    window = _window(now)
+    try:
+        slice_ = parse_slice_query(request.args.get("cohort"))
+    except ValueError as exc:
+        raise ValidationFailed("invalid cohort", [ErrorDetail("cohort", str(exc))]) from None
+    return jsonify(monitoring.calibration_reading(db_session(), model, window, slice_, now))
+
+
+@bp.get("/models/<model>/cohorts")
+@requires(Permission.READ)
+def cohorts(model: str) -> Response:
+    """Slices seen for the model, with prediction and label counts."""
+    check_known(())
+    return jsonify(monitoring.cohort_slices(db_session(), model))

@@ -1,0 +1,106 @@
+"""Pack ``CalibrationStats`` into flat float64 vectors that add element-wise.
+
+Stored time buckets keep their statistics as one vector each; a window is the element-wise sum of
+its buckets' vectors, unpacked once. Counts travel as float64, exact up to 2**53 rows.
+The layout (task, edges, K, classwise tables, threshold) is not stored in the vector: it comes
+from the contract the statistics belong to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from service.calibration.stats import BINARY, CalibrationStats, empty_stats
+
+_SCALARS = ("n", "nll_sum", "brier_sum", "correct_sum", "confidence_sum")
+_ARRAYS = (
+    "bin_count",
+    "bin_confidence_sum",
+    "bin_correct_sum",
+    "label_counts",
+    "class_bin_count",
+    "class_bin_prob_sum",
+    "class_bin_label_sum",
+    "confusion",
+    "positive_hist",
+    "negative_hist",
+)
+_INTEGER = {
+    "n",
+    "correct_sum",
+    "bin_count",
+    "bin_correct_sum",
+    "label_counts",
+    "class_bin_count",
+    "class_bin_label_sum",
+    "confusion",
+    "positive_hist",
+    "negative_hist",
+}
+
+
+@dataclass(frozen=True)
+class StatsLayout:
+    """Everything but the numbers: which fields a vector holds and their shapes."""
+
+    task: str
+    edges: tuple[float, ...]
+    n_classes: int
+    classwise: bool = True
+    threshold: float = 0.5
+
+    def empty(self) -> CalibrationStats:
+        return empty_stats(
+            self.task,
+            np.asarray(self.edges),
+            self.n_classes,
+            classwise=self.classwise,
+            threshold=self.threshold,
+        )
+
+    @property
+    def size(self) -> int:
+        """Length of a packed vector."""
+        return pack(self.empty()).size
+
+
+def pack(stats: CalibrationStats) -> np.ndarray:
+    """The statistics as one float64 vector (scalars first, then arrays in a fixed order)."""
+    parts: list[Any] = [np.array([float(getattr(stats, name)) for name in _SCALARS])]
+    for name in _ARRAYS:
+        value = getattr(stats, name)
+        if value is not None:
+            parts.append(np.asarray(value, dtype=np.float64).ravel())
+    return np.concatenate(parts)
+
+
+def unpack(vector: np.ndarray, layout: StatsLayout) -> CalibrationStats:
+    """Rebuild statistics from a packed vector (or a sum of packed vectors) of ``layout``."""
+    template = layout.empty()
+    vector = np.asarray(vector, dtype=np.float64)
+    if vector.shape != (layout.size,):
+        raise ValueError(f"packed statistics have {vector.size} values, layout needs {layout.size}")
+    values: dict[str, Any] = {}
+    offset = 0
+    for name in _SCALARS:
+        number = float(vector[offset])
+        values[name] = round(number) if name in _INTEGER else number
+        offset += 1
+    for name in _ARRAYS:
+        shape_of = getattr(template, name)
+        if shape_of is None:
+            continue
+        size = int(np.prod(shape_of.shape))
+        chunk = vector[offset : offset + size].reshape(shape_of.shape)
+        values[name] = np.rint(chunk).astype(np.int64) if name in _INTEGER else chunk.copy()
+        offset += size
+    return CalibrationStats(
+        task=layout.task,
+        edges=np.asarray(layout.edges),
+        n_classes=layout.n_classes,
+        threshold=layout.threshold if layout.task == BINARY else None,
+        **values,
+    )

@@ -1,0 +1,287 @@
+"""Use cases of the production stream: store predictions, join labels, keep buckets current.
+
+Each call validates the whole batch first, then writes everything in one transaction and commits
+once, so an acknowledged batch is fully visible to readings and a rejected one leaves no trace.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from sqlalchemy.orm import Session
+
+from service.batches import PredictionBatch, parse_envelope, parse_labels, parse_predictions
+from service.bucketing import bucket_deltas, merge_deltas
+from service.cohorts import cap_values, slices_of
+from service.config import Settings
+from service.contracts import Contract
+from service.errors import Conflict, ErrorDetail, NoActiveContract, NotFound, ValidationFailed
+from service.storage import cohorts as cohort_store
+from service.storage import contracts as contracts_store
+from service.storage import predictions as prediction_store
+from service.storage.buckets import BucketDelta, BucketKey, apply_deltas
+from service.validation import format_timestamp
+
+MAX_BATCH_ITEMS = 100_000
+
+
+@dataclass(frozen=True)
+class PredictionsAccepted:
+    accepted: int
+    duplicates: int
+    contract_id: str
+    joined_pending: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "accepted": self.accepted,
+            "duplicates": self.duplicates,
+            "contract_id": self.contract_id,
+            "joined_pending_labels": self.joined_pending,
+        }
+
+
+@dataclass
+class LabelsApplied:
+    joined: int = 0
+    pending: int = 0
+    duplicates: int = 0
+    conflicts: list[dict[str, Any]] = field(default_factory=list)
+    delays_seconds: list[float] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "joined": self.joined,
+            "pending": self.pending,
+            "duplicates": self.duplicates,
+            "conflicts": self.conflicts,
+        }
+
+
+def _model_or_404(session: Session, model: str) -> None:
+    if not contracts_store.model_exists(session, model):
+        raise NotFound(f"unknown model {model!r}: register a contract for it first")
+
+
+def _binding_contract(
+    session: Session, model: str, contract_id: str | None, now: datetime
+) -> Contract:
+    """The contract a batch names, or else the model's active contract now."""
+    if contract_id is not None:
+        contract = contracts_store.get_contract(session, contract_id)
+        if contract is None:
+            raise NotFound(f"no contract with id {contract_id!r}")
+        if contract.model != model:
+            raise ValidationFailed(
+                "the contract belongs to another model",
+                [
+                    ErrorDetail(
+                        "contract_id",
+                        f"contract {contract_id} is for model {contract.model!r}, not {model!r}",
+                    )
+                ],
+            )
+        return contract
+    contract = contracts_store.active_contract_at(session, model, now)
+    if contract is None:
+        raise NoActiveContract(f"model {model!r} has no active contract to bind predictions to")
+    return contract
+
+
+def _digest(ts: datetime, cohort: Mapping[str, str], row: np.ndarray) -> bytes:
+    """SHA-256 of a prediction's content: what tells a duplicate from a conflicting retry."""
+    digest = hashlib.sha256(format_timestamp(ts).encode())
+    digest.update(json.dumps(cohort, sort_keys=True, separators=(",", ":")).encode())
+    digest.update(np.ascontiguousarray(row, dtype="<f8").tobytes())
+    return digest.digest()
+
+
+def _dedupe_batch(batch: PredictionBatch, digests: list[bytes]) -> tuple[list[int], int]:
+    """Indices of each id's first occurrence and the number of exact repeats; 409 otherwise."""
+    first: dict[str, int] = {}
+    keep: list[int] = []
+    repeats = 0
+    for i, ident in enumerate(batch.ids):
+        j = first.get(ident)
+        if j is None:
+            first[ident] = i
+            keep.append(i)
+        elif digests[j] == digests[i]:
+            repeats += 1
+        else:
+            raise Conflict(
+                f"prediction id {ident!r} appears twice in the batch with different content",
+                [ErrorDetail(f"predictions[{i}].id", f"conflicts with predictions[{j}]", i)],
+            )
+    return keep, repeats
+
+
+def ingest_predictions(
+    session: Session, body: Mapping[str, Any], settings: Settings, now: datetime
+) -> PredictionsAccepted:
+    """Store a batch of predictions idempotently and join any labels that were waiting."""
+    envelope = parse_envelope(body, "predictions", MAX_BATCH_ITEMS)
+    _model_or_404(session, envelope.model)
+    contract = _binding_contract(session, envelope.model, envelope.contract_id, now)
+    spec = contract.spec
+    batch = parse_predictions(envelope.items, task=spec.task, n_classes=len(spec.classes))
+    digests = [
+        _digest(t, c, r) for t, c, r in zip(batch.ts, batch.cohorts, batch.inputs, strict=True)
+    ]
+    keep, repeats = _dedupe_batch(batch, digests)
+
+    keys = {k for i in keep for k in batch.cohorts[i]}
+    known = cohort_store.admitted_values(session, envelope.model, keys)
+    capped, admitted = cap_values(
+        [batch.cohorts[i] for i in keep], known, settings.max_cohort_values
+    )
+    cohort_store.admit_values(session, envelope.model, admitted)
+    slices = [slices_of(c) for c in capped]
+    rows = [
+        prediction_store.StagedPrediction(
+            id=batch.ids[i],
+            ts=batch.ts[i],
+            cohort_json=json.dumps(batch.cohorts[i], sort_keys=True, separators=(",", ":")),
+            slices=json.dumps(row_slices, separators=(",", ":")),
+            inputs=np.ascontiguousarray(batch.inputs[i], dtype="<f8").tobytes(),
+            digest=digests[i],
+        )
+        for i, row_slices in zip(keep, slices, strict=True)
+    ]
+    inserted, conflicts = prediction_store.insert_predictions(
+        session, envelope.model, contract.id, rows, now
+    )
+    if conflicts:
+        raise Conflict(
+            "predictions with these ids are already stored with different content; nothing from "
+            "this batch was written",
+            [
+                ErrorDetail(
+                    f"predictions[{batch.ids.index(i)}].id",
+                    f"id {i!r} conflicts",
+                    batch.ids.index(i),
+                )
+                for i in conflicts
+            ],
+        )
+    pending = prediction_store.take_pending_labels(session, envelope.model)
+    prediction_store.set_labels(session, envelope.model, pending)
+    new_rows = [n for n, i in enumerate(keep) if batch.ids[i] in inserted]
+    if new_rows:
+        picked = [keep[n] for n in new_rows]
+        labels = np.array(
+            [pending[batch.ids[i]][0] if batch.ids[i] in pending else -1 for i in picked],
+            dtype=np.int64,
+        )
+        deltas = bucket_deltas(
+            contract,
+            ts=[batch.ts[i] for i in picked],
+            slices=[slices[n] for n in new_rows],
+            inputs=batch.inputs[picked],
+            labels=labels,
+            new=True,
+        )
+        apply_deltas(session, envelope.model, deltas)
+    session.commit()
+    return PredictionsAccepted(
+        accepted=len(inserted),
+        duplicates=repeats + len(keep) - len(inserted),
+        contract_id=contract.id,
+        joined_pending=len(pending),
+    )
+
+
+def _label_classes(session: Session, model: str, now: datetime) -> tuple[str, ...]:
+    contract = contracts_store.active_contract_at(
+        session, model, now
+    ) or contracts_store.latest_contract(session, model)
+    assert contract is not None
+    return contract.spec.classes
+
+
+def ingest_labels(
+    session: Session, body: Mapping[str, Any], settings: Settings, now: datetime
+) -> LabelsApplied:
+    """Join labels to their predictions; keep early ones pending; report duplicates/conflicts."""
+    envelope = parse_envelope(body, "labels", MAX_BATCH_ITEMS)
+    _model_or_404(session, envelope.model)
+    batch = parse_labels(envelope.items, classes=_label_classes(session, envelope.model, now))
+    result = LabelsApplied()
+    first_label = dict(zip(batch.ids, batch.labels, strict=True))
+    for ident, label in batch.repeats:
+        if label == first_label[ident]:
+            result.duplicates += 1
+        else:
+            result.conflicts.append(
+                {
+                    "id": ident,
+                    "label": label,
+                    "stored_label": first_label[ident],
+                    "reason": "repeated in the batch",
+                }
+            )
+    staged = list(zip(batch.ids, batch.labels, batch.ts, strict=True))
+    joined, stored, orphans = prediction_store.join_labels(session, envelope.model, staged)
+    for ident, label, _ in staged:
+        if ident in stored:
+            if stored[ident] == label:
+                result.duplicates += 1
+            else:
+                result.conflicts.append(
+                    {
+                        "id": ident,
+                        "label": label,
+                        "stored_label": stored[ident],
+                        "reason": "a different label is already recorded",
+                    }
+                )
+    fresh, already_pending = prediction_store.add_pending_labels(
+        session, envelope.model, orphans, now
+    )
+    result.pending = len(fresh)
+    for ident, label, _ in orphans:
+        if ident in already_pending:
+            if already_pending[ident] == label:
+                result.duplicates += 1
+            else:
+                result.conflicts.append(
+                    {
+                        "id": ident,
+                        "label": label,
+                        "stored_label": already_pending[ident],
+                        "reason": "a different label is already pending",
+                    }
+                )
+    result.joined = len(joined)
+    result.delays_seconds = [(j.label_ts - j.ts).total_seconds() for j in joined]
+    deltas: dict[BucketKey, BucketDelta] = {}
+    by_contract: dict[str, list[prediction_store.JoinedLabel]] = defaultdict(list)
+    for j in joined:
+        by_contract[j.contract_id].append(j)
+    for contract_id, rows in sorted(by_contract.items()):
+        contract = contracts_store.get_contract(session, contract_id)
+        assert contract is not None
+        width = len(contract.spec.classes) if contract.spec.task == "multiclass" else 1
+        inputs = np.frombuffer(b"".join(r.inputs for r in rows), dtype="<f8")
+        inputs = inputs.reshape(len(rows), width) if width > 1 else inputs
+        merge_deltas(
+            deltas,
+            bucket_deltas(
+                contract,
+                ts=[r.ts for r in rows],
+                slices=[json.loads(r.slices) for r in rows],
+                inputs=inputs,
+                labels=np.array([r.label for r in rows], dtype=np.int64),
+                new=False,
+            ),
+        )
+    apply_deltas(session, envelope.model, deltas)
+    session.commit()
+    return result

@@ -1,0 +1,90 @@
+"""Time windows over prediction event time, and the buckets that tile them.
+
+Statistics are kept per minute and per hour bucket (a bucket is named by its start, UTC). A window
+``[start, end)`` is read as the hour buckets it covers whole plus the minute buckets at its ragged
+ends, so a 7-day window sums at most 168 + 120 buckets whatever the traffic. Window bounds are
+aligned to whole minutes: the start rounds down and the end up (the minute holding ``now`` is
+included whole).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+MINUTE = timedelta(minutes=1)
+HOUR = timedelta(hours=1)
+MAX_WINDOW = timedelta(days=400)
+_DURATION = re.compile(r"^([1-9][0-9]{0,7})([smhd])$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+RESOLUTION_MINUTE = "m"
+RESOLUTION_HOUR = "h"
+
+
+class WindowError(ValueError):
+    """A window that cannot be read; ``field`` names the query parameter."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def parse_duration(text: str) -> timedelta:
+    """``<int>[smhd]`` (``90s``, ``15m``, ``24h``, ``7d``) as a timedelta of up to 400 days."""
+    match = _DURATION.match(text)
+    if not match:
+        raise WindowError("window", "expected <positive integer><s|m|h|d>, e.g. 1h, 24h, 7d")
+    duration = timedelta(seconds=int(match.group(1)) * _UNIT_SECONDS[match.group(2)])
+    if duration > MAX_WINDOW:
+        raise WindowError("window", "windows longer than 400 days are not kept")
+    return duration
+
+
+def floor_to(ts: datetime, step: timedelta) -> datetime:
+    """The start of the ``step`` bucket holding ``ts`` (UTC, epoch-aligned)."""
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    return epoch + ((ts - epoch) // step) * step
+
+
+def ceil_to(ts: datetime, step: timedelta) -> datetime:
+    floored = floor_to(ts, step)
+    return floored if floored == ts else floored + step
+
+
+@dataclass(frozen=True)
+class Window:
+    """A half-open interval ``[start, end)`` of event time, aligned to whole minutes.
+
+    ``name`` is the trailing duration it was asked as (``24h``), or None for explicit bounds.
+    """
+
+    start: datetime
+    end: datetime
+    name: str | None = None
+
+    @classmethod
+    def trailing(cls, name: str, now: datetime) -> Window:
+        duration = parse_duration(name)
+        return cls(floor_to(now - duration, MINUTE), floor_to(now, MINUTE) + MINUTE, name)
+
+    @classmethod
+    def between(cls, start: datetime, end: datetime) -> Window:
+        if end <= start:
+            raise WindowError("end", "must be after start")
+        if end - start > MAX_WINDOW:
+            raise WindowError("end", "windows longer than 400 days are not kept")
+        return cls(floor_to(start, MINUTE), ceil_to(end, MINUTE))
+
+    def tiling(self) -> list[tuple[str, datetime, datetime]]:
+        """``(resolution, first bucket start, end)`` ranges whose buckets tile the window."""
+        first_hour, last_hour = ceil_to(self.start, HOUR), floor_to(self.end, HOUR)
+        if first_hour >= last_hour:
+            return [(RESOLUTION_MINUTE, self.start, self.end)]
+        parts = [(RESOLUTION_HOUR, first_hour, last_hour)]
+        if self.start < first_hour:
+            parts.append((RESOLUTION_MINUTE, self.start, first_hour))
+        if last_hour < self.end:
+            parts.append((RESOLUTION_MINUTE, last_hour, self.end))
+        return parts
