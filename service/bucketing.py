@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
 from service.calibration import (
-    CalibrationStats,
     binary_probabilities,
-    binary_stats,
     multiclass_probabilities,
-    multiclass_stats,
 )
-from service.calibration.packing import StatsLayout, pack
+from service.calibration.packing import StatsLayout, pack_groups
+from service.calibration.stats import grouped_stats
 from service.contracts import Contract
 from service.storage.buckets import BucketDelta, BucketKey
-from service.windows import RESOLUTION_HOUR, RESOLUTION_MINUTE
+from service.windows import FINE, HOUR, RESOLUTION_FINE, RESOLUTION_HOUR
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -55,70 +52,123 @@ def expected_correctness(contract: Contract, inputs: np.ndarray) -> np.ndarray:
     return np.where(p >= threshold_of(contract), p, 1.0 - p)
 
 
-def labeled_stats(contract: Contract, inputs: np.ndarray, labels: np.ndarray) -> CalibrationStats:
-    """Statistics of labeled rows under the contract's calibrator, edges and threshold."""
-    spec = contract.spec
-    if spec.task == "multiclass":
-        return multiclass_stats(inputs, labels, contract.edges, calibrator=contract.calibrator)
-    return binary_stats(
-        inputs,
-        labels,
-        contract.edges,
-        calibrator=contract.calibrator,
-        threshold=threshold_of(contract),
-    )
+def epoch_seconds(ts: Sequence[datetime]) -> np.ndarray:
+    """Whole seconds since the epoch (floor), exactly, as int64."""
+    second = timedelta(seconds=1)
+    return np.array([(t - _EPOCH) // second for t in ts], dtype=np.int64)
 
 
-def _minute_starts(ts: Sequence[datetime]) -> np.ndarray:
-    return np.array([int((t - _EPOCH).total_seconds()) // 60 for t in ts], dtype=np.int64)
+def _expand_slices(slices: Sequence[Sequence[str]]) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Flatten rows x their slices: ``(slice names, row of each pair, slice id of each pair)``."""
+    names: dict[str, int] = {}
+    combos: dict[tuple[str, ...], int] = {}
+    combo_slices: list[list[int]] = []
+    combo_of_row = np.empty(len(slices), dtype=np.int64)
+    for row, row_slices in enumerate(slices):
+        key = tuple(row_slices)
+        combo = combos.get(key)
+        if combo is None:
+            combo = combos[key] = len(combo_slices)
+            combo_slices.append([names.setdefault(n, len(names)) for n in key])
+        combo_of_row[row] = combo
+    rows_parts, slice_parts = [], []
+    for combo, ids in enumerate(combo_slices):
+        rows = np.flatnonzero(combo_of_row == combo)
+        for sid in ids:
+            rows_parts.append(rows)
+            slice_parts.append(np.full(rows.size, sid, dtype=np.int64))
+    return list(names), np.concatenate(rows_parts), np.concatenate(slice_parts)
 
 
 def bucket_deltas(
     contract: Contract,
     *,
-    ts: Sequence[datetime],
+    seconds: np.ndarray,
     slices: Sequence[Sequence[str]],
     inputs: np.ndarray,
     labels: np.ndarray,
     new: bool,
 ) -> dict[BucketKey, BucketDelta]:
-    """What rows of one contract add to their minute and hour buckets, per slice.
+    """What rows of one contract add to their 5-minute and hour buckets, per slice.
 
+    ``seconds`` is each row's event time in whole seconds since the epoch (``epoch_seconds``);
     ``labels`` holds a class index per row, or -1 for rows still unlabeled. ``new`` rows are
     predictions being stored now (they count in ``n_predictions``; unlabeled ones add their
     expected correctness); otherwise the rows are stored predictions whose labels just arrived,
-    and their expected correctness moves out of the unlabeled sum.
+    and their expected correctness moves out of the unlabeled sum. Statistics of every bucket
+    come from one grouped pass over the rows.
     """
+    if len(seconds) == 0:
+        return {}
     expected = expected_correctness(contract, inputs)
-    minutes = _minute_starts(ts)
-    groups: dict[tuple[str, int], list[int]] = defaultdict(list)
-    for row, (minute, row_slices) in enumerate(zip(minutes, slices, strict=True)):
-        for name in row_slices:
-            groups[(name, int(minute))].append(row)
+    fine = np.asarray(seconds, dtype=np.int64) // int(FINE.total_seconds())
+    names, pair_row, pair_slice = _expand_slices(slices)
+    per_hour = HOUR // FINE
+    fine_keys, fine_group = np.unique(
+        np.column_stack([pair_slice, fine[pair_row]]), axis=0, return_inverse=True
+    )
+    fine_group = fine_group.ravel()
+    n_groups = fine_keys.shape[0]
+    labeled = labels[pair_row] >= 0
+    weight = (
+        np.where(labeled, -expected[pair_row], 0.0)
+        if not new
+        else np.where(labeled, 0.0, expected[pair_row])
+    )
+    columns = {
+        "n_predictions": np.bincount(fine_group, minlength=n_groups)
+        if new
+        else np.zeros(n_groups, np.int64),
+        "n_labeled": np.bincount(fine_group, weights=labeled, minlength=n_groups)
+        .round()
+        .astype(np.int64),
+        "unlabeled": np.bincount(fine_group, weights=weight, minlength=n_groups),
+    }
+    stats = np.zeros((n_groups, layout_of(contract).size))
+    has_stats = columns["n_labeled"] > 0
+    if labeled.any():
+        rows = pair_row[labeled]
+        stats = pack_groups(
+            grouped_stats(
+                contract.spec.task,
+                inputs[rows],
+                labels[rows],
+                contract.edges,
+                fine_group[labeled],
+                n_groups,
+                calibrator=contract.calibrator,
+                threshold=threshold_of(contract),
+            )
+        )
+    hour_keys, hour_group = np.unique(
+        np.column_stack([fine_keys[:, 0], fine_keys[:, 1] // per_hour]), axis=0, return_inverse=True
+    )
+    hour_group = hour_group.ravel()
+    order = np.argsort(hour_group, kind="stable")
+    starts = np.flatnonzero(np.r_[True, np.diff(hour_group[order]) != 0])
+
+    def by_hour(values: np.ndarray) -> np.ndarray:
+        return np.add.reduceat(values[order], starts, axis=0)
+
     deltas: dict[BucketKey, BucketDelta] = {}
-    for (name, minute), rows in groups.items():
-        idx = np.asarray(rows)
-        labeled = idx[labels[idx] >= 0]
-        unlabeled_sum = (
-            float(expected[idx[labels[idx] < 0]].sum()) if new else -float(expected[labeled].sum())
-        )
-        vector = (
-            pack(labeled_stats(contract, inputs[labeled], labels[labeled]))
-            if labeled.size
-            else None
-        )
-        minute_start = _EPOCH + timedelta(minutes=minute)
-        hour_start = _EPOCH + timedelta(hours=minute // 60)
-        for key in (
-            (name, RESOLUTION_MINUTE, minute_start, contract.id),
-            (name, RESOLUTION_HOUR, hour_start, contract.id),
-        ):
-            delta = deltas.setdefault(key, BucketDelta())
-            delta.n_predictions += idx.size if new else 0
-            delta.n_labeled += int(labeled.size)
-            delta.unlabeled_expected_correct += unlabeled_sum
-            if vector is not None:
-                delta.stats = vector.copy() if delta.stats is None else delta.stats + vector
+    for keys, cols, matrix, mask, resolution, step in (
+        (fine_keys, columns, stats, has_stats, RESOLUTION_FINE, FINE),
+        (
+            hour_keys,
+            {k: by_hour(v) for k, v in columns.items()},
+            by_hour(stats),
+            by_hour(has_stats.astype(np.int64)) > 0,
+            RESOLUTION_HOUR,
+            HOUR,
+        ),
+    ):
+        for i, (sid, index) in enumerate(keys.tolist()):
+            deltas[(names[sid], resolution, _EPOCH + index * step, contract.id)] = BucketDelta(
+                n_predictions=int(cols["n_predictions"][i]),
+                n_labeled=int(cols["n_labeled"][i]),
+                unlabeled_expected_correct=float(cols["unlabeled"][i]),
+                stats=matrix[i] if mask[i] else None,
+            )
     return deltas
 
 

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -18,7 +17,7 @@ import numpy as np
 from sqlalchemy.orm import Session
 
 from service.batches import PredictionBatch, parse_envelope, parse_labels, parse_predictions
-from service.bucketing import bucket_deltas, merge_deltas
+from service.bucketing import bucket_deltas, epoch_seconds, merge_deltas
 from service.cohorts import cap_values, slices_of
 from service.config import Settings
 from service.contracts import Contract
@@ -27,7 +26,6 @@ from service.storage import cohorts as cohort_store
 from service.storage import contracts as contracts_store
 from service.storage import predictions as prediction_store
 from service.storage.buckets import BucketDelta, BucketKey, apply_deltas
-from service.validation import format_timestamp
 
 MAX_BATCH_ITEMS = 100_000
 
@@ -95,11 +93,36 @@ def _binding_contract(
     return contract
 
 
-def _digest(ts: datetime, cohort: Mapping[str, str], row: np.ndarray) -> bytes:
-    """SHA-256 of a prediction's content: what tells a duplicate from a conflicting retry."""
-    digest = hashlib.sha256(format_timestamp(ts).encode())
-    digest.update(json.dumps(cohort, sort_keys=True, separators=(",", ":")).encode())
-    digest.update(np.ascontiguousarray(row, dtype="<f8").tobytes())
+def _canonical(cohort: Mapping[str, str]) -> str:
+    return json.dumps(cohort, sort_keys=True, separators=(",", ":"))
+
+
+def _distinct_cohorts(
+    cohorts: Sequence[Mapping[str, str]],
+) -> tuple[list[int], list[dict[str, str]]]:
+    """Index every row's cohort into the batch's distinct cohorts (first-seen order)."""
+    index: dict[tuple[tuple[str, str], ...], int] = {}
+    distinct: list[dict[str, str]] = []
+    cohort_of = []
+    for cohort in cohorts:
+        key = tuple(sorted(cohort.items()))
+        k = index.get(key)
+        if k is None:
+            k = index[key] = len(distinct)
+            distinct.append(dict(key))
+        cohort_of.append(k)
+    return cohort_of, distinct
+
+
+def _digest(ts: datetime, cohort_json: str, row: np.ndarray) -> bytes:
+    """SHA-256 of a prediction's content: what tells a duplicate from a conflicting retry.
+
+    Covers the event time (UTC, microseconds), the cohort's canonical JSON and the float64 bytes
+    of the logits or score.
+    """
+    digest = hashlib.sha256(ts.isoformat().encode())
+    digest.update(cohort_json.encode())
+    digest.update(row.tobytes())
     return digest.digest()
 
 
@@ -132,28 +155,32 @@ def ingest_predictions(
     contract = _binding_contract(session, envelope.model, envelope.contract_id, now)
     spec = contract.spec
     batch = parse_predictions(envelope.items, task=spec.task, n_classes=len(spec.classes))
+    inputs = np.ascontiguousarray(batch.inputs, dtype="<f8")
+    cohort_of, distinct = _distinct_cohorts(batch.cohorts)
+    cohort_json = [_canonical(c) for c in distinct]
     digests = [
-        _digest(t, c, r) for t, c, r in zip(batch.ts, batch.cohorts, batch.inputs, strict=True)
+        _digest(t, cohort_json[k], r) for t, k, r in zip(batch.ts, cohort_of, inputs, strict=True)
     ]
     keep, repeats = _dedupe_batch(batch, digests)
 
-    keys = {k for i in keep for k in batch.cohorts[i]}
-    known = cohort_store.admitted_values(session, envelope.model, keys)
-    capped, admitted = cap_values(
-        [batch.cohorts[i] for i in keep], known, settings.max_cohort_values
+    used = sorted({cohort_of[i] for i in keep})
+    known = cohort_store.admitted_values(
+        session, envelope.model, {key for k in used for key in distinct[k]}
     )
+    capped, admitted = cap_values([distinct[k] for k in used], known, settings.max_cohort_values)
     cohort_store.admit_values(session, envelope.model, admitted)
-    slices = [slices_of(c) for c in capped]
+    slices = {k: slices_of(c) for k, c in zip(used, capped, strict=True)}
+    slices_json = {k: json.dumps(v, separators=(",", ":")) for k, v in slices.items()}
     rows = [
         prediction_store.StagedPrediction(
             id=batch.ids[i],
             ts=batch.ts[i],
-            cohort_json=json.dumps(batch.cohorts[i], sort_keys=True, separators=(",", ":")),
-            slices=json.dumps(row_slices, separators=(",", ":")),
-            inputs=np.ascontiguousarray(batch.inputs[i], dtype="<f8").tobytes(),
+            cohort_json=cohort_json[cohort_of[i]],
+            slices=slices_json[cohort_of[i]],
+            inputs=inputs[i].tobytes(),
             digest=digests[i],
         )
-        for i, row_slices in zip(keep, slices, strict=True)
+        for i in keep
     ]
     inserted, conflicts = prediction_store.insert_predictions(
         session, envelope.model, contract.id, rows, now
@@ -171,19 +198,17 @@ def ingest_predictions(
                 for i in conflicts
             ],
         )
-    pending = prediction_store.take_pending_labels(session, envelope.model)
-    prediction_store.set_labels(session, envelope.model, pending)
-    new_rows = [n for n, i in enumerate(keep) if batch.ids[i] in inserted]
-    if new_rows:
-        picked = [keep[n] for n in new_rows]
+    waiting = prediction_store.join_waiting_labels(session, envelope.model, inserted)
+    picked = [i for i in keep if batch.ids[i] in inserted]
+    if picked:
         labels = np.array(
-            [pending[batch.ids[i]][0] if batch.ids[i] in pending else -1 for i in picked],
+            [waiting.get(batch.ids[i], -1) for i in picked],
             dtype=np.int64,
         )
         deltas = bucket_deltas(
             contract,
-            ts=[batch.ts[i] for i in picked],
-            slices=[slices[n] for n in new_rows],
+            seconds=epoch_seconds([batch.ts[i] for i in picked]),
+            slices=[slices[cohort_of[i]] for i in picked],
             inputs=batch.inputs[picked],
             labels=labels,
             new=True,
@@ -194,8 +219,14 @@ def ingest_predictions(
         accepted=len(inserted),
         duplicates=repeats + len(keep) - len(inserted),
         contract_id=contract.id,
-        joined_pending=len(pending),
+        joined_pending=len(waiting),
     )
+
+
+def _parsed_slices(texts: list[str]) -> list[list[str]]:
+    """Decode stored slice lists, once per distinct list."""
+    cache: dict[str, list[str]] = {}
+    return [cache[t] if t in cache else cache.setdefault(t, json.loads(t)) for t in texts]
 
 
 def _label_classes(session: Session, model: str, now: datetime) -> tuple[str, ...]:
@@ -228,7 +259,9 @@ def ingest_labels(
                 }
             )
     staged = list(zip(batch.ids, batch.labels, batch.ts, strict=True))
-    joined, stored, orphans = prediction_store.join_labels(session, envelope.model, staged)
+    joined, result.pending, stored = prediction_store.record_labels(
+        session, envelope.model, staged, now
+    )
     for ident, label, _ in staged:
         if ident in stored:
             if stored[ident] == label:
@@ -239,46 +272,27 @@ def ingest_labels(
                         "id": ident,
                         "label": label,
                         "stored_label": stored[ident],
-                        "reason": "a different label is already recorded",
+                        "reason": "a different label was received before",
                     }
                 )
-    fresh, already_pending = prediction_store.add_pending_labels(
-        session, envelope.model, orphans, now
-    )
-    result.pending = len(fresh)
-    for ident, label, _ in orphans:
-        if ident in already_pending:
-            if already_pending[ident] == label:
-                result.duplicates += 1
-            else:
-                result.conflicts.append(
-                    {
-                        "id": ident,
-                        "label": label,
-                        "stored_label": already_pending[ident],
-                        "reason": "a different label is already pending",
-                    }
-                )
-    result.joined = len(joined)
-    result.delays_seconds = [(j.label_ts - j.ts).total_seconds() for j in joined]
+    result.joined = len(joined.ids)
+    result.delays_seconds = (joined.label_seconds - joined.seconds).astype(float).tolist()
     deltas: dict[BucketKey, BucketDelta] = {}
-    by_contract: dict[str, list[prediction_store.JoinedLabel]] = defaultdict(list)
-    for j in joined:
-        by_contract[j.contract_id].append(j)
-    for contract_id, rows in sorted(by_contract.items()):
+    contract_of = np.array(joined.contract_ids, dtype=object)
+    for contract_id in sorted(set(joined.contract_ids)):
         contract = contracts_store.get_contract(session, contract_id)
         assert contract is not None
+        rows = np.flatnonzero(contract_of == contract_id)
         width = len(contract.spec.classes) if contract.spec.task == "multiclass" else 1
-        inputs = np.frombuffer(b"".join(r.inputs for r in rows), dtype="<f8")
-        inputs = inputs.reshape(len(rows), width) if width > 1 else inputs
+        inputs = np.frombuffer(b"".join(joined.inputs[r] for r in rows), dtype="<f8")
         merge_deltas(
             deltas,
             bucket_deltas(
                 contract,
-                ts=[r.ts for r in rows],
-                slices=[json.loads(r.slices) for r in rows],
-                inputs=inputs,
-                labels=np.array([r.label for r in rows], dtype=np.int64),
+                seconds=joined.seconds[rows],
+                slices=_parsed_slices([joined.slices[r] for r in rows]),
+                inputs=inputs.reshape(rows.size, width) if width > 1 else inputs,
+                labels=joined.labels[rows],
                 new=False,
             ),
         )

@@ -130,17 +130,28 @@ def parse_timestamp(value: Any) -> datetime | None:
     """Parse an RFC 3339 timestamp with a zone into an aware UTC datetime, else ``None``."""
     if not isinstance(value, str) or not _RFC3339.match(value):
         return None
+    parsed: datetime | None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        parsed = _parse_unusual(value)
+    if parsed is None:
+        return None
+    try:
+        return parsed.astimezone(UTC)
+    except (OverflowError, ValueError):
+        return None
+
+
+def _parse_unusual(value: str) -> datetime | None:
+    """RFC 3339 forms ``fromisoformat`` refuses: lower-case ``t``/``z``, > 6 fraction digits."""
     text = value.replace("z", "Z").replace("Z", "+00:00").replace("t", "T").replace(" ", "T")
     fraction = re.search(r"\.(\d+)", text)
     if fraction and len(fraction.group(1)) > 6:
         text = text.replace(fraction.group(0), "." + fraction.group(1)[:6])
     try:
-        parsed = datetime.fromisoformat(text)
+        return datetime.fromisoformat(text)
     except ValueError:
-        return None
-    try:
-        return parsed.astimezone(UTC)
-    except (OverflowError, ValueError):
         return None
 
 

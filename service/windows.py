@@ -1,10 +1,10 @@
 """Time windows over prediction event time, and the buckets that tile them.
 
-Statistics are kept per minute and per hour bucket (a bucket is named by its start, UTC). A window
-``[start, end)`` is read as the hour buckets it covers whole plus the minute buckets at its ragged
-ends, so a 7-day window sums at most 168 + 120 buckets whatever the traffic. Window bounds are
-aligned to whole minutes: the start rounds down and the end up (the minute holding ``now`` is
-included whole).
+Statistics are kept per 5-minute and per hour bucket (a bucket is named by its UTC start). A
+window ``[start, end)`` is read as the hour buckets it covers whole plus the 5-minute buckets at its
+ragged ends, so a 7-day window sums at most 168 + 24 buckets whatever the traffic. Window bounds
+are aligned to 5 minutes: the start rounds down and the end up (the 5 minutes holding ``now`` are
+included whole), so a trailing ``1h`` reads between 60 and 65 minutes of event time.
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-MINUTE = timedelta(minutes=1)
+FINE = timedelta(minutes=5)
 HOUR = timedelta(hours=1)
 MAX_WINDOW = timedelta(days=400)
 _DURATION = re.compile(r"^([1-9][0-9]{0,7})([smhd])$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
-RESOLUTION_MINUTE = "m"
-RESOLUTION_HOUR = "h"
+RESOLUTION_FINE = "5m"
+RESOLUTION_HOUR = "1h"
 
 
 class WindowError(ValueError):
@@ -55,7 +55,7 @@ def ceil_to(ts: datetime, step: timedelta) -> datetime:
 
 @dataclass(frozen=True)
 class Window:
-    """A half-open interval ``[start, end)`` of event time, aligned to whole minutes.
+    """A half-open interval ``[start, end)`` of event time, aligned to 5-minute buckets.
 
     ``name`` is the trailing duration it was asked as (``24h``), or None for explicit bounds.
     """
@@ -67,7 +67,7 @@ class Window:
     @classmethod
     def trailing(cls, name: str, now: datetime) -> Window:
         duration = parse_duration(name)
-        return cls(floor_to(now - duration, MINUTE), floor_to(now, MINUTE) + MINUTE, name)
+        return cls(floor_to(now - duration, FINE), floor_to(now, FINE) + FINE, name)
 
     @classmethod
     def between(cls, start: datetime, end: datetime) -> Window:
@@ -75,16 +75,16 @@ class Window:
             raise WindowError("end", "must be after start")
         if end - start > MAX_WINDOW:
             raise WindowError("end", "windows longer than 400 days are not kept")
-        return cls(floor_to(start, MINUTE), ceil_to(end, MINUTE))
+        return cls(floor_to(start, FINE), ceil_to(end, FINE))
 
     def tiling(self) -> list[tuple[str, datetime, datetime]]:
         """``(resolution, first bucket start, end)`` ranges whose buckets tile the window."""
         first_hour, last_hour = ceil_to(self.start, HOUR), floor_to(self.end, HOUR)
         if first_hour >= last_hour:
-            return [(RESOLUTION_MINUTE, self.start, self.end)]
+            return [(RESOLUTION_FINE, self.start, self.end)]
         parts = [(RESOLUTION_HOUR, first_hour, last_hour)]
         if self.start < first_hour:
-            parts.append((RESOLUTION_MINUTE, self.start, first_hour))
+            parts.append((RESOLUTION_FINE, self.start, first_hour))
         if last_hour < self.end:
-            parts.append((RESOLUTION_MINUTE, last_hour, self.end))
+            parts.append((RESOLUTION_FINE, last_hour, self.end))
         return parts

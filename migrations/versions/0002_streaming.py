@@ -2,7 +2,7 @@
 
 Revision ID: 0002
 Revises: 0001
-Create Date: 2026-11-30 04:58:36.515098
+Create Date: 2026-11-30 05:16:36.462791
 """
 
 from collections.abc import Sequence
@@ -23,7 +23,7 @@ def upgrade() -> None:
         "calibration_buckets",
         sa.Column("model", sa.String(length=200), nullable=False),
         sa.Column("slice", sa.String(length=200), nullable=False),
-        sa.Column("resolution", sa.String(length=1), nullable=False),
+        sa.Column("resolution", sa.String(length=2), nullable=False),
         sa.Column("bucket_start", service.storage.types.UTCDateTime(timezone=True), nullable=False),
         sa.Column("contract_id", sa.String(length=36), nullable=False),
         sa.Column("n_predictions", sa.BigInteger(), nullable=False),
@@ -31,7 +31,7 @@ def upgrade() -> None:
         sa.Column("unlabeled_expected_correct", sa.Float(), nullable=False),
         sa.Column("stats", sa.LargeBinary(), nullable=True),
         sa.CheckConstraint(
-            "resolution IN ('m', 'h')", name=op.f("ck_calibration_buckets_resolution")
+            "resolution IN ('5m', '1h')", name=op.f("ck_calibration_buckets_resolution")
         ),
         sa.PrimaryKeyConstraint(
             "model",
@@ -50,14 +50,24 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("model", "key", "value", name=op.f("pk_cohort_values")),
     )
     op.create_table(
-        "pending_labels",
+        "labels",
         sa.Column("model", sa.String(length=200), nullable=False),
         sa.Column("id", sa.String(length=200), nullable=False),
         sa.Column("label", sa.SmallInteger(), nullable=False),
         sa.Column("ts", service.storage.types.UTCDateTime(timezone=True), nullable=False),
         sa.Column("received_at", service.storage.types.UTCDateTime(timezone=True), nullable=False),
-        sa.PrimaryKeyConstraint("model", "id", name=op.f("pk_pending_labels")),
+        sa.Column("joined", sa.Boolean(), nullable=False),
+        sa.PrimaryKeyConstraint("model", "id", name=op.f("pk_labels")),
     )
+    with op.batch_alter_table("labels", schema=None) as batch_op:
+        batch_op.create_index(
+            "ix_labels_waiting",
+            ["model"],
+            unique=False,
+            postgresql_where=sa.text("NOT joined"),
+            sqlite_where=sa.text("NOT joined"),
+        )
+
     op.create_table(
         "predictions",
         sa.Column("model", sa.String(length=200), nullable=False),
@@ -69,8 +79,6 @@ def upgrade() -> None:
         sa.Column("inputs", sa.LargeBinary(), nullable=False),
         sa.Column("digest", sa.LargeBinary(), nullable=False),
         sa.Column("received_at", service.storage.types.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("label", sa.SmallInteger(), nullable=True),
-        sa.Column("label_ts", service.storage.types.UTCDateTime(timezone=True), nullable=True),
         sa.PrimaryKeyConstraint("model", "id", name=op.f("pk_predictions")),
     )
     with op.batch_alter_table("predictions", schema=None) as batch_op:
@@ -82,6 +90,13 @@ def downgrade() -> None:
         batch_op.drop_index("ix_predictions_model_ts")
 
     op.drop_table("predictions")
-    op.drop_table("pending_labels")
+    with op.batch_alter_table("labels", schema=None) as batch_op:
+        batch_op.drop_index(
+            "ix_labels_waiting",
+            postgresql_where=sa.text("NOT joined"),
+            sqlite_where=sa.text("NOT joined"),
+        )
+
+    op.drop_table("labels")
     op.drop_table("cohort_values")
     op.drop_table("calibration_buckets")

@@ -104,3 +104,15 @@ def unpack(vector: np.ndarray, layout: StatsLayout) -> CalibrationStats:
         threshold=layout.threshold if layout.task == BINARY else None,
         **values,
     )
+
+
+def pack_groups(sums: dict[str, Any]) -> np.ndarray:
+    """Pack ``stats.grouped_stats`` output into a (G, L) matrix: row g is ``pack`` of group g."""
+    G = np.asarray(sums["n"]).shape[0]
+    parts: list[Any] = [
+        np.column_stack([np.asarray(sums[name], dtype=np.float64) for name in _SCALARS])
+    ]
+    for name in _ARRAYS:
+        if name in sums:
+            parts.append(np.asarray(sums[name], dtype=np.float64).reshape(G, -1))
+    return np.hstack(parts)

@@ -297,15 +297,163 @@ def empty_stats(
     )
 
 
-def _float_bincount(idx: IntArray, weights: FloatArray, size: int) -> FloatArray:
-    """Bincount of float weights (typed: numpy's stubs declare an integer result)."""
-    out: FloatArray = np.bincount(idx, weights=weights, minlength=size).astype(np.float64)
+@dataclass(frozen=True)
+class _RowTerms:
+    """Per-row contributions of N labeled rows, before they are summed into statistics.
+
+    ``cells`` (N, K) is ``k * M + bin of p_k`` (multiclass with classwise tables); ``auc_cells``
+    (N,) the AUC histogram cell of p and ``outcome`` (N,) ``2 * y + predicted`` (binary).
+    """
+
+    task: str
+    edges: FloatArray
+    n_classes: int
+    bins: IntArray
+    confidence: FloatArray
+    correct: Any
+    nll: FloatArray
+    brier: FloatArray
+    hit: Any
+    labels: IntArray
+    probs: FloatArray | None = None
+    cells: IntArray | None = None
+    threshold: float | None = None
+    outcome: IntArray | None = None
+    auc_cells: IntArray | None = None
+
+
+def _multiclass_terms(
+    z: FloatArray, y: IntArray, e: FloatArray, T: float, classwise: bool
+) -> _RowTerms:
+    N, K = z.shape
+    M = e.size - 1
+    equal = is_equal_width(e)
+    rows = np.arange(N)
+    pred = z.argmax(axis=1)
+    work = np.subtract(z, z[rows, pred][:, None])
+    if T != 1.0:
+        work /= T
+    shifted_y = work[rows, y]
+    np.exp(work, out=work)
+    total = np.einsum("ij->i", work)
+    conf = 1.0 / total
+    brier = np.einsum("ij,ij->i", work, work)
+    brier *= conf * conf
+    brier += 1.0 - 2.0 * np.exp(shifted_y) * conf
+    np.maximum(brier, 0.0, out=brier)
+    correct = pred == y
+    probs = cells = None
+    if classwise:
+        work /= total[:, None]
+        cells = bin_index(work, e, equal)
+        cells += np.arange(K, dtype=np.int64) * M
+        probs = work
+    return _RowTerms(
+        task=MULTICLASS,
+        edges=e,
+        n_classes=K,
+        bins=bin_index(conf, e, equal),
+        confidence=conf,
+        correct=correct,
+        nll=np.log(total) - shifted_y,
+        brier=brier,
+        hit=correct,
+        labels=y,
+        probs=probs,
+        cells=cells,
+    )
+
+
+def _binary_terms(
+    s: FloatArray, y: IntArray, e: FloatArray, calibrator: Calibrator, tau: float
+) -> _RowTerms:
+    log_odds = binary_log_odds(calibrator, s)
+    if isinstance(calibrator, IdentityCalibrator):
+        p = np.array(s, dtype=np.float64)
+    else:
+        p = sigmoid_unchecked(log_odds)
+    positive = y == 1
+    signed = np.where(positive, log_odds, -log_odds)
+    residual = p - y
+    predicted = p >= tau
+    return _RowTerms(
+        task=BINARY,
+        edges=e,
+        n_classes=2,
+        bins=bin_index(p, e, is_equal_width(e)),
+        confidence=p,
+        correct=positive,
+        nll=-log_sigmoid_unchecked(signed),
+        brier=residual * residual,
+        hit=positive == predicted,
+        labels=y,
+        threshold=tau,
+        outcome=2 * y + predicted,
+        auc_cells=bin_index(p, _AUC_EDGES, True),
+    )
+
+
+def _reduce(t: _RowTerms, group: IntArray | None, G: int) -> dict[str, Any]:
+    """Sum row terms per group (``group`` (N,) in 0..G-1, or None for one group).
+
+    Returns every statistics field with a leading axis of length G.
+    """
+    M, K = t.edges.size - 1, t.n_classes
+    N = t.bins.size
+    g = None if group is None else np.asarray(group, dtype=np.int64)
+
+    def scalar(weights: Any) -> Any:
+        if g is None:
+            return np.array([np.sum(weights)], dtype=np.float64)
+        return np.bincount(g, weights=weights, minlength=G)
+
+    def offset(index: IntArray, size: int) -> IntArray:
+        return index if g is None else g * size + index
+
+    def per(index: IntArray, size: int, weights: Any = None) -> Any:
+        return np.bincount(offset(index, size), weights=weights, minlength=G * size).reshape(G, -1)
+
+    out: dict[str, Any] = {
+        "n": np.array([N]) if g is None else np.bincount(g, minlength=G),
+        "nll_sum": scalar(t.nll),
+        "brier_sum": scalar(t.brier),
+        "correct_sum": np.array([np.count_nonzero(t.hit)])
+        if g is None
+        else np.bincount(g, weights=t.hit, minlength=G).round().astype(np.int64),
+        "confidence_sum": scalar(t.confidence),
+        "bin_count": per(t.bins, M),
+        "bin_confidence_sum": per(t.bins, M, t.confidence),
+        "bin_correct_sum": np.rint(per(t.bins, M, t.correct)).astype(np.int64),
+        "label_counts": per(t.labels, K),
+    }
+    if t.cells is not None and t.probs is not None:
+        KM = K * M
+        flat = (t.cells if g is None else t.cells + (g * KM)[:, None]).ravel()
+        out["class_bin_count"] = np.bincount(flat, minlength=G * KM).reshape(G, K, M)
+        out["class_bin_prob_sum"] = np.bincount(
+            flat, weights=t.probs.ravel(), minlength=G * KM
+        ).reshape(G, K, M)
+        label_cells = offset(t.cells[np.arange(N), t.labels], KM)
+        out["class_bin_label_sum"] = np.bincount(label_cells, minlength=G * KM).reshape(G, K, M)
+    if t.outcome is not None and t.auc_cells is not None:
+        out["confusion"] = per(t.outcome, 4).reshape(G, 2, 2)
+        positive = t.labels == 1
+        out["positive_hist"] = per(t.auc_cells, AUC_CELLS, positive)
+        out["negative_hist"] = per(t.auc_cells, AUC_CELLS, ~positive)
+        out["positive_hist"] = np.rint(out["positive_hist"]).astype(np.int64)
+        out["negative_hist"] = np.rint(out["negative_hist"]).astype(np.int64)
     return out
 
 
-def _int_bincount(idx: IntArray, weights: Any, size: int) -> IntArray:
-    """Bincount of 0/1 weights as exact int64 counts."""
-    return np.rint(np.bincount(idx, weights=weights, minlength=size)).astype(np.int64)
+def _stats_of(t: _RowTerms, sums: Mapping[str, Any], i: int) -> CalibrationStats:
+    values = {name: value[i] for name, value in sums.items()}
+    for name in ("n", "correct_sum"):
+        values[name] = int(values[name])
+    for name in ("nll_sum", "brier_sum", "confidence_sum"):
+        values[name] = float(values[name])
+    return CalibrationStats(
+        task=t.task, edges=t.edges, n_classes=t.n_classes, threshold=t.threshold, **values
+    )
 
 
 def multiclass_stats(
@@ -329,51 +477,8 @@ def multiclass_stats(
     T = temperature_of(calibrator)
     if N == 0:
         return empty_stats(MULTICLASS, e, K, classwise=classwise)
-    M = e.size - 1
-    equal = is_equal_width(e)
-    rows = np.arange(N)
-    pred = z.argmax(axis=1)
-    work = np.subtract(z, z[rows, pred][:, None])
-    if T != 1.0:
-        work /= T
-    shifted_y = work[rows, y]
-    np.exp(work, out=work)
-    total = np.einsum("ij->i", work)
-    conf = 1.0 / total
-    brier = np.einsum("ij,ij->i", work, work)
-    brier *= conf * conf
-    brier += 1.0 - 2.0 * np.exp(shifted_y) * conf
-    np.maximum(brier, 0.0, out=brier)
-    correct = pred == y
-    bins = bin_index(conf, e, equal)
-    tables: dict[str, Any] = {}
-    if classwise:
-        work /= total[:, None]
-        cells = bin_index(work, e, equal)
-        cells += np.arange(K, dtype=np.int64) * M
-        flat = cells.ravel()
-        tables = {
-            "class_bin_count": np.bincount(flat, minlength=K * M).reshape(K, M),
-            "class_bin_prob_sum": np.bincount(flat, weights=work.ravel(), minlength=K * M).reshape(
-                K, M
-            ),
-            "class_bin_label_sum": np.bincount(cells[rows, y], minlength=K * M).reshape(K, M),
-        }
-    return CalibrationStats(
-        task=MULTICLASS,
-        edges=e,
-        n_classes=K,
-        n=N,
-        bin_count=np.bincount(bins, minlength=M),
-        bin_confidence_sum=_float_bincount(bins, conf, M),
-        bin_correct_sum=_int_bincount(bins, correct, M),
-        nll_sum=float(np.log(total).sum() - shifted_y.sum()),
-        brier_sum=float(brier.sum()),
-        correct_sum=int(np.count_nonzero(correct)),
-        confidence_sum=float(conf.sum()),
-        label_counts=np.bincount(y, minlength=K),
-        **tables,
-    )
+    terms = _multiclass_terms(z, y, e, T, classwise)
+    return _stats_of(terms, _reduce(terms, None, 1), 0)
 
 
 def binary_stats(
@@ -392,39 +497,49 @@ def binary_stats(
     N = s.shape[0]
     y = class_labels(labels, N, 2)
     e = validate_edges(edges)
+    tau = _threshold(threshold)
+    if N == 0:
+        return empty_stats(BINARY, e, 2, threshold=tau)
+    terms = _binary_terms(s, y, e, calibrator, tau)
+    return _stats_of(terms, _reduce(terms, None, 1), 0)
+
+
+def _threshold(threshold: float) -> float:
     tau = finite_number(threshold, "threshold")
     if not 0.0 <= tau <= 1.0:
         raise CalibrationInputError("threshold", "must lie in [0, 1]")
-    if N == 0:
-        return empty_stats(BINARY, e, 2, threshold=tau)
-    M = e.size - 1
-    log_odds = binary_log_odds(calibrator, s)
-    if isinstance(calibrator, IdentityCalibrator):
-        p = np.array(s, dtype=np.float64)
+    return tau
+
+
+def grouped_stats(
+    task: str,
+    inputs: Any,
+    labels: Any,
+    edges: Any,
+    group: Any,
+    n_groups: int,
+    *,
+    calibrator: Calibrator = IdentityCalibrator(),  # noqa: B008 - immutable frozen dataclass
+    threshold: float = 0.5,
+) -> dict[str, Any]:
+    """Statistics of many groups of rows in one pass: every field with a leading G axis.
+
+    ``group`` (N,) assigns each row to a group in 0..G-1 (``n_groups`` = G). Group g's fields
+    equal those of ``multiclass_stats``/``binary_stats`` (classwise tables kept) on its rows.
+    The result is keyed like ``CalibrationStats`` fields; ``packing.pack_rows`` flattens it.
+    """
+    g = np.asarray(group, dtype=np.int64)
+    e = validate_edges(edges)
+    if task == MULTICLASS:
+        z = logit_matrix(inputs)
+        terms = _multiclass_terms(
+            z, class_labels(labels, z.shape[0], z.shape[1]), e, temperature_of(calibrator), True
+        )
     else:
-        p = sigmoid_unchecked(log_odds)
-    positive = y == 1
-    signed = np.where(positive, log_odds, -log_odds)
-    residual = p - y
-    predicted = p >= tau
-    bins = bin_index(p, e, is_equal_width(e))
-    cells = bin_index(p, _AUC_EDGES, True)
-    confusion = np.bincount(2 * y + predicted, minlength=4).reshape(2, 2)
-    return CalibrationStats(
-        task=BINARY,
-        edges=e,
-        n_classes=2,
-        n=N,
-        bin_count=np.bincount(bins, minlength=M),
-        bin_confidence_sum=_float_bincount(bins, p, M),
-        bin_correct_sum=_int_bincount(bins, positive, M),
-        nll_sum=float(-log_sigmoid_unchecked(signed).sum()),
-        brier_sum=float(np.dot(residual, residual)),
-        correct_sum=int(confusion[0, 0] + confusion[1, 1]),
-        confidence_sum=float(p.sum()),
-        label_counts=np.bincount(y, minlength=2),
-        threshold=tau,
-        confusion=confusion,
-        positive_hist=np.bincount(cells[positive], minlength=AUC_CELLS),
-        negative_hist=np.bincount(cells[~positive], minlength=AUC_CELLS),
-    )
+        s = unit_scores(inputs)
+        terms = _binary_terms(
+            s, class_labels(labels, s.shape[0], 2), e, calibrator, _threshold(threshold)
+        )
+    if g.shape != terms.bins.shape or (g.size and (g.min() < 0 or g.max() >= n_groups)):
+        raise CalibrationInputError("group", f"must be (N,) indices in 0..{n_groups - 1}")
+    return _reduce(terms, g, n_groups)

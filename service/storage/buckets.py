@@ -12,6 +12,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from service.storage.models import CalibrationBucket, table_of
+from service.windows import RESOLUTION_HOUR
 
 #: (slice, resolution, bucket_start, contract_id)
 BucketKey = tuple[str, str, datetime, str]
@@ -174,7 +175,7 @@ def slice_counts(session: Session, model: str) -> list[tuple[str, int, int]]:
             func.sum(CalibrationBucket.n_predictions),
             func.sum(CalibrationBucket.n_labeled),
         )
-        .where(CalibrationBucket.model == model, CalibrationBucket.resolution == "h")
+        .where(CalibrationBucket.model == model, CalibrationBucket.resolution == RESOLUTION_HOUR)
         .group_by(CalibrationBucket.slice)
         .order_by(CalibrationBucket.slice)
     )

@@ -19,6 +19,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -138,9 +139,10 @@ class AuditEventRecord(Base):
 class PredictionRecord(Base):
     """One prediction as received: raw model output, bound contract, and its label once known.
 
-    ``inputs`` holds the raw logits (K float64, little-endian) or the one binary score;
-    ``digest`` is the SHA-256 of the content (ts, cohort, inputs) that decides duplicate vs
-    conflict on a retry; ``slices`` the comma-joined capped slices it counts in.
+    Immutable once stored (labels live in ``labels``). ``inputs`` holds the raw logits (K float64,
+    little-endian) or the one binary score; ``digest`` is the SHA-256 of the content (ts, cohort,
+    inputs) that decides duplicate vs conflict on a retry; ``slices`` the JSON list of capped
+    slices it counts in.
     """
 
     __tablename__ = "predictions"
@@ -155,20 +157,32 @@ class PredictionRecord(Base):
     inputs: Mapped[bytes] = mapped_column(LargeBinary)
     digest: Mapped[bytes] = mapped_column(LargeBinary)
     received_at: Mapped[datetime]
-    label: Mapped[int | None] = mapped_column(SmallInteger)
-    label_ts: Mapped[datetime | None]
 
 
-class PendingLabel(Base):
-    """A label whose prediction has not arrived yet; joined (and deleted) when it does."""
+class LabelRecord(Base):
+    """The true label of a prediction, as received (insert-only: a label is never changed).
 
-    __tablename__ = "pending_labels"
+    ``ts`` is when the outcome became known. ``joined`` tells whether the label has been counted
+    in the statistics with its prediction; a label that arrives first waits with ``joined``
+    false until its prediction is stored.
+    """
+
+    __tablename__ = "labels"
+    __table_args__ = (
+        Index(
+            "ix_labels_waiting",
+            "model",
+            postgresql_where=text("NOT joined"),
+            sqlite_where=text("NOT joined"),
+        ),
+    )
 
     model: Mapped[str] = mapped_column(String(200), primary_key=True)
     id: Mapped[str] = mapped_column(String(200), primary_key=True)
     label: Mapped[int] = mapped_column(SmallInteger)
     ts: Mapped[datetime]
     received_at: Mapped[datetime]
+    joined: Mapped[bool]
 
 
 class CohortValue(Base):
@@ -184,18 +198,18 @@ class CohortValue(Base):
 class CalibrationBucket(Base):
     """Additive statistics of one (model, slice, resolution, bucket, contract).
 
-    ``resolution`` is ``m`` (minute) or ``h`` (hour); ``bucket_start`` the bucket's UTC start by
+    ``resolution`` is ``5m`` or ``1h``; ``bucket_start`` the bucket's UTC start by
     prediction event time. ``stats`` packs the labeled predictions' ``CalibrationStats`` as
     float64 (see ``service.calibration.packing``); ``unlabeled_expected_correct`` sums what each
     still-unlabeled prediction expects its correctness to be (its calibrated confidence).
     """
 
     __tablename__ = "calibration_buckets"
-    __table_args__ = (CheckConstraint("resolution IN ('m', 'h')", name="resolution"),)
+    __table_args__ = (CheckConstraint("resolution IN ('5m', '1h')", name="resolution"),)
 
     model: Mapped[str] = mapped_column(String(200), primary_key=True)
     slice: Mapped[str] = mapped_column(String(200), primary_key=True)
-    resolution: Mapped[str] = mapped_column(String(1), primary_key=True)
+    resolution: Mapped[str] = mapped_column(String(2), primary_key=True)
     bucket_start: Mapped[datetime] = mapped_column(primary_key=True)
     contract_id: Mapped[str] = mapped_column(String(36), primary_key=True)
     n_predictions: Mapped[int] = mapped_column(BigInteger, default=0)

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
+import numpy as np
 from sqlalchemy import bindparam, select, text
 from sqlalchemy.orm import Session
 
 from service.storage import staging
-from service.storage.models import PendingLabel, PredictionRecord, table_of
+from service.storage.models import LabelRecord, PredictionRecord
 from service.storage.types import UTCDateTime
 
 _TS = UTCDateTime()
@@ -19,6 +22,20 @@ _TS = UTCDateTime()
 def _on_conflict_select(session: Session) -> str:
     """SQLite needs a WHERE before ON CONFLICT in INSERT ... SELECT (a parser ambiguity)."""
     return "" if session.get_bind().dialect.name == "postgresql" else "WHERE true"
+
+
+def _fence(session: Session) -> str:
+    """``OFFSET 0`` on PostgreSQL: keeps a correlated subquery a per-row primary-key probe.
+
+    Flattened into a join, a planner with stale statistics may hash the whole table instead.
+    SQLite always probes (and does not accept OFFSET without LIMIT).
+    """
+    return " OFFSET 0" if session.get_bind().dialect.name == "postgresql" else ""
+
+
+def _json_cast(session: Session, column: str) -> str:
+    """Staged JSON arrives as text; PostgreSQL's json column wants it cast."""
+    return f"{column}::json" if session.get_bind().dialect.name == "postgresql" else column
 
 
 @dataclass(frozen=True)
@@ -34,16 +51,27 @@ class StagedPrediction:
 
 
 @dataclass(frozen=True)
-class JoinedLabel:
-    """A prediction whose label was just recorded, with what the statistics need."""
+class JoinedLabels:
+    """Predictions whose labels were just recorded, column by column (R rows).
 
-    id: str
-    contract_id: str
-    ts: datetime
-    slices: str
-    inputs: bytes
-    label: int
-    label_ts: datetime
+    ``seconds`` and ``label_seconds`` are whole seconds since the epoch of the prediction's event
+    time and of the label's; ``inputs`` the stored raw bytes; ``slices`` the stored JSON lists.
+    """
+
+    ids: list[str]
+    contract_ids: list[str]
+    seconds: np.ndarray
+    label_seconds: np.ndarray
+    slices: list[str]
+    inputs: list[bytes]
+    labels: np.ndarray
+
+
+def _epoch(session: Session, column: str) -> str:
+    """SQL for a timestamp column as whole seconds since the epoch (floor), per dialect."""
+    if session.get_bind().dialect.name == "postgresql":
+        return f"floor(extract(epoch from {column}))::bigint"
+    return f"CAST(strftime('%s', {column}) AS INTEGER)"
 
 
 def insert_predictions(
@@ -63,7 +91,8 @@ def insert_predictions(
         session.scalars(
             text(
                 "INSERT INTO predictions (model, id, contract_id, ts, cohort, slices, inputs,"
-                " digest, received_at) SELECT :model, id, :contract_id, ts, cohort, slices,"
+                " digest, received_at) SELECT :model, id, :contract_id, ts,"
+                f" {_json_cast(session, 'cohort')}, slices,"
                 f" inputs, digest, :now FROM stage_predictions {_on_conflict_select(session)}"
                 " ON CONFLICT (model, id) DO NOTHING RETURNING id"
             ).bindparams(bindparam("now", type_=_TS)),
@@ -75,9 +104,9 @@ def insert_predictions(
         conflicts = list(
             session.scalars(
                 text(
-                    "SELECT s.id FROM stage_predictions s JOIN predictions p"
-                    " ON p.model = :model AND p.id = s.id WHERE p.digest <> s.digest"
-                    " ORDER BY s.id LIMIT 20"
+                    "SELECT s.id FROM stage_predictions s WHERE EXISTS (SELECT 1 FROM"
+                    " predictions p WHERE p.model = :model AND p.id = s.id"
+                    f" AND p.digest <> s.digest{_fence(session)}) ORDER BY s.id LIMIT 20"
                 ),
                 {"model": model},
             )
@@ -85,114 +114,146 @@ def insert_predictions(
     return inserted, conflicts
 
 
-def take_pending_labels(session: Session, model: str) -> dict[str, tuple[int, datetime]]:
-    """Remove and return pending labels of the predictions just staged: ``{id: (label, ts)}``."""
+def join_waiting_labels(session: Session, model: str, ids: set[str]) -> dict[str, int]:
+    """Mark as joined the waiting labels of the just-inserted predictions ``ids``.
+
+    Returns ``{id: label}``. Looks only at the staged predictions of this batch.
+    """
+    if not ids:
+        return {}
     rows = session.execute(
         text(
-            "DELETE FROM pending_labels WHERE model = :model"
-            " AND id IN (SELECT id FROM stage_predictions) RETURNING id, label, ts"
-        ).columns(ts=_TS),
+            "UPDATE labels SET joined = true WHERE model = :model AND NOT joined"
+            " AND id IN (SELECT id FROM stage_predictions) RETURNING id, label"
+        ),
         {"model": model},
-    )
-    return {row.id: (int(row.label), row.ts) for row in rows}
+    ).all()
+    waiting = {row[0]: int(row[1]) for row in rows}
+    stray = set(waiting) - ids
+    if stray:
+        session.execute(
+            text("UPDATE labels SET joined = false WHERE model = :model AND id = :id"),
+            [{"model": model, "id": i} for i in sorted(stray)],
+        )
+    return {i: lab for i, lab in waiting.items() if i in ids}
 
 
-def set_labels(session: Session, model: str, labels: dict[str, tuple[int, datetime]]) -> None:
-    """Record labels on stored predictions (the pending labels joined at ingest)."""
-    if not labels:
-        return
-    session.execute(
-        text(
-            "UPDATE predictions SET label = :label, label_ts = :ts"
-            " WHERE model = :model AND id = :id"
-        ).bindparams(bindparam("ts", type_=_TS)),
-        [{"model": model, "id": i, "label": lab, "ts": ts} for i, (lab, ts) in labels.items()],
-    )
+def record_labels(
+    session: Session, model: str, labels: Sequence[tuple[str, int, datetime]], now: datetime
+) -> tuple[JoinedLabels, int, dict[str, int]]:
+    """Store new labels; join those whose prediction is stored.
 
-
-def join_labels(
-    session: Session, model: str, labels: Sequence[tuple[str, int, datetime]]
-) -> tuple[list[JoinedLabel], dict[str, int], list[tuple[str, int, datetime]]]:
-    """Apply labels to unlabeled stored predictions.
-
-    Returns ``(joined, already labeled {id: stored label}, without prediction [(id, label, ts)])``.
+    Returns ``(joined, number left waiting for their prediction, {id: label stored before})``;
+    the last covers ids that had a label already (duplicates or conflicts, never overwritten).
     """
     staging.load(session, "stage_labels", labels)
-    joined = [
-        JoinedLabel(r.id, r.contract_id, r.ts, r.slices, r.inputs, int(r.label), r.label_ts)
-        for r in session.execute(
-            text(
-                "UPDATE predictions SET label = s.label, label_ts = s.ts FROM stage_labels s"
-                " WHERE predictions.model = :model AND predictions.id = s.id"
-                " AND predictions.label IS NULL"
-                " RETURNING predictions.id, predictions.contract_id, predictions.ts,"
-                " predictions.slices, predictions.inputs, predictions.label,"
-                " predictions.label_ts"
-            ).columns(ts=_TS, label_ts=_TS),
-            {"model": model},
-        )
-    ]
-    joined_ids = {j.id for j in joined}
-    stored = {
-        row.id: int(row.label)
-        for row in session.execute(
-            text(
-                "SELECT p.id, p.label FROM stage_labels s JOIN predictions p"
-                " ON p.model = :model AND p.id = s.id"
-            ),
-            {"model": model},
-        )
-        if row.id not in joined_ids
-    }
-    orphans = [lab for lab in labels if lab[0] not in joined_ids and lab[0] not in stored]
-    return joined, stored, orphans
-
-
-def add_pending_labels(
-    session: Session, model: str, labels: Sequence[tuple[str, int, datetime]], now: datetime
-) -> tuple[set[str], dict[str, int]]:
-    """Keep labels whose prediction has not arrived. Returns ``(new ids, {id: label already
-    pending})`` for the ones that were pending before."""
-    if not labels:
-        return set(), {}
-    ids = [lab[0] for lab in labels]
-    existing = {
-        row.id: int(row.label)
-        for row in session.execute(
-            select(PendingLabel.id, PendingLabel.label).where(
-                PendingLabel.model == model, PendingLabel.id.in_(ids)
+    exists = "EXISTS (SELECT 1 FROM predictions p WHERE p.model = :model AND p.id = s.id)"
+    insert = (  # SQLite only: its planner always probes the primary key
+        "INSERT INTO labels (model, id, label, ts, received_at, joined)"
+        f" SELECT CAST(:model AS VARCHAR), s.id, s.label, s.ts, :now, {exists}"
+        " FROM stage_labels s"
+        f" {_on_conflict_select(session)} ON CONFLICT (model, id) DO NOTHING"
+    )
+    params = {"model": model, "now": now}
+    bind_now = bindparam("now", type_=_TS)
+    columns = f"p.contract_id, {_epoch(session, 'p.ts')}, p.slices, p.inputs"
+    rows: list[tuple[Any, ...]]
+    if session.get_bind().dialect.name == "postgresql":
+        rows = [
+            tuple(r)
+            for r in session.execute(
+                text(
+                    "WITH found AS (SELECT s.id, s.label, s.ts, p.contract_id, p.ts AS pts,"
+                    " p.slices, p.inputs FROM stage_labels s LEFT JOIN LATERAL (SELECT"
+                    " contract_id, ts, slices, inputs FROM predictions"
+                    f" WHERE model = :model AND id = s.id{_fence(session)}) p ON true),"
+                    " ins AS (INSERT INTO labels (model, id, label, ts, received_at, joined)"
+                    " SELECT :model, id, label, ts, :now, contract_id IS NOT NULL FROM found"
+                    " ON CONFLICT (model, id) DO NOTHING RETURNING id)"
+                    f" SELECT f.id, f.label, {_epoch(session, 'f.ts')},"
+                    f" f.contract_id IS NOT NULL, f.contract_id, {_epoch(session, 'f.pts')},"
+                    " f.slices, f.inputs FROM found f JOIN ins ON ins.id = f.id"
+                ).bindparams(bind_now),
+                params,
             )
-        )
-    }
-    fresh = [lab for lab in labels if lab[0] not in existing]
-    if fresh:
-        session.execute(
-            table_of(PendingLabel).insert(),
-            [
-                {"model": model, "id": i, "label": lab, "ts": ts, "received_at": now}
-                for i, lab, ts in fresh
-            ],
-        )
-    return {lab[0] for lab in fresh}, existing
+        ]
+    else:
+        inserted = session.execute(
+            text(f"{insert} RETURNING id, label, joined").bindparams(bind_now), params
+        ).all()
+        fresh = {row[0] for row in inserted}
+        found = {
+            row[0]: tuple(row)
+            for row in session.execute(
+                text(
+                    f"SELECT s.id, {_epoch(session, 's.ts')}, {columns} FROM stage_labels s"
+                    " JOIN predictions p ON p.model = :model AND p.id = s.id"
+                ),
+                {"model": model},
+            )
+            if row[0] in fresh
+        }
+        rows = [
+            (i, lab, found[i][1], joined, *found[i][2:]) if joined else (i, lab, None, joined)
+            for i, lab, joined in inserted
+        ]
+    joined_rows = [r for r in rows if r[3]]
+    cols: list[tuple[Any, ...]] = list(zip(*joined_rows, strict=True)) if joined_rows else [()] * 8
+    joined = JoinedLabels(
+        ids=list(cols[0]),
+        contract_ids=list(cols[4]),
+        seconds=np.array(cols[5], dtype=np.int64),
+        label_seconds=np.array(cols[2], dtype=np.int64),
+        slices=list(cols[6]),
+        inputs=[bytes(b) for b in cols[7]],
+        labels=np.array(cols[1], dtype=np.int64),
+    )
+    stored: dict[str, int] = {}
+    if len(rows) < len(labels):
+        fresh_ids = {r[0] for r in rows}
+        stored = {
+            row[0]: int(row[1])
+            for row in session.execute(
+                text(
+                    "SELECT s.id, l.label FROM stage_labels s JOIN labels l"
+                    " ON l.model = :model AND l.id = s.id"
+                ),
+                {"model": model},
+            )
+            if row[0] not in fresh_ids
+        }
+    return joined, len(rows) - len(joined_rows), stored
 
 
 def labeled_sample(
-    session: Session, model: str, contract_id: str, start: datetime, end: datetime, limit: int
+    session: Session,
+    model: str,
+    contract_id: str,
+    slice_: str | None,
+    start: datetime,
+    end: datetime,
+    limit: int,
 ) -> list[tuple[bytes, int]]:
-    """The newest ``limit`` labeled predictions of a contract in ``[start, end)``.
+    """The newest ``limit`` labeled predictions of a contract and slice in ``[start, end)``.
 
-    Returns ``(inputs, label)`` pairs.
+    ``slice_`` None means every prediction (the ``all`` slice). Returns ``(inputs, label)`` pairs.
     """
-    rows = session.execute(
-        select(PredictionRecord.inputs, PredictionRecord.label)
+    query = (
+        select(PredictionRecord.inputs, LabelRecord.label)
+        .join(
+            LabelRecord,
+            (LabelRecord.model == PredictionRecord.model) & (LabelRecord.id == PredictionRecord.id),
+        )
         .where(
             PredictionRecord.model == model,
             PredictionRecord.contract_id == contract_id,
             PredictionRecord.ts >= start,
             PredictionRecord.ts < end,
-            PredictionRecord.label.is_not(None),
+            LabelRecord.joined,
         )
         .order_by(PredictionRecord.ts.desc())
         .limit(limit)
     )
-    return [(row.inputs, int(row.label)) for row in rows]
+    if slice_ is not None:
+        query = query.where(PredictionRecord.slices.contains(json.dumps(slice_)))
+    return [(row.inputs, int(row.label)) for row in session.execute(query)]

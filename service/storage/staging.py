@@ -1,6 +1,6 @@
 """Bulk loading of a batch into a per-connection temporary staging table.
 
-PostgreSQL loads with ``COPY`` (the fast path the ingest targets rely on); SQLite with
+PostgreSQL loads with binary ``COPY`` (the fast path the ingest targets rely on); SQLite with
 ``executemany``. Staging tables are created once per connection and emptied at every commit.
 """
 
@@ -20,14 +20,14 @@ STAGING_TABLES: dict[str, tuple[tuple[str, str, str], ...]] = {
     "stage_predictions": (
         ("id", "text", "TEXT"),
         ("ts", "timestamptz", "TIMESTAMP"),
-        ("cohort", "json", "TEXT"),
+        ("cohort", "text", "TEXT"),
         ("slices", "text", "TEXT"),
         ("inputs", "bytea", "BLOB"),
         ("digest", "bytea", "BLOB"),
     ),
     "stage_labels": (
         ("id", "text", "TEXT"),
-        ("label", "smallint", "INTEGER"),
+        ("label", "int2", "INTEGER"),
         ("ts", "timestamptz", "TIMESTAMP"),
     ),
 }
@@ -59,8 +59,9 @@ def load(session: Session, table: str, rows: Iterable[Sequence[Any]]) -> None:
     if session.get_bind().dialect.name == "postgresql":
         dbapi = session.connection().connection.dbapi_connection
         assert dbapi is not None
-        copy_sql = f"COPY {table} ({', '.join(names)}) FROM STDIN"
+        copy_sql = f"COPY {table} ({', '.join(names)}) FROM STDIN (FORMAT BINARY)"
         with dbapi.cursor() as cursor, cursor.copy(copy_sql) as copy:  # type: ignore[attr-defined]
+            copy.set_types([pg for _, pg, _ in STAGING_TABLES[table]])
             for row in rows:
                 copy.write_row(row)
         session.execute(text(f"ANALYZE {table}"))

@@ -650,3 +650,27 @@ def test_bad_reading_parameters_are_422(
 def test_unknown_model_readings_are_404(client: FlaskClient, auth: Auth) -> None:
     for url in ("/v1/models/nobody/calibration", "/v1/models/nobody/cohorts"):
         assert client.get(url, headers=auth.headers()).status_code == 404
+
+
+def test_refit_temperature_is_measured_per_cohort(client: FlaskClient, auth: Auth) -> None:
+    _multiclass_contract(client, auth)
+    rng = np.random.default_rng(8)
+    rows = []
+    for i in range(400):
+        z = rng.normal(size=3) * 1.5
+        y = int(rng.choice(3, p=np.exp(z) / np.exp(z).sum()))
+        sharp = i % 2 == 0
+        rows.append(
+            {
+                "id": f"r{i}",
+                "ts": minutes_ago(20),
+                "label": y,
+                "cohort": {"lang": "tr" if sharp else "hu"},
+                "logits": (z * (3.0 if sharp else 1.0)).tolist(),
+            }
+        )
+    _send_predictions(client, auth, "glyphs", rows)
+    _send_labels(client, auth, "glyphs", rows)
+    sharp = reading(client, auth, "glyphs", "cohort=lang:tr")["drift"]["refit_temperature"]
+    plain = reading(client, auth, "glyphs", "cohort=lang:hu")["drift"]["refit_temperature"]
+    assert sharp > 2.0 > 1.5 > plain

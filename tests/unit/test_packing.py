@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from service.calibration import binary_stats, default_edges, multiclass_stats
-from service.calibration.packing import StatsLayout, pack, unpack
+from service.calibration import (
+    PlattCalibrator,
+    TemperatureCalibrator,
+    binary_stats,
+    default_edges,
+    multiclass_stats,
+)
+from service.calibration.packing import StatsLayout, pack, pack_groups, unpack
+from service.calibration.stats import grouped_stats
 
 RNG = np.random.default_rng(21)
 
@@ -30,3 +39,42 @@ def test_binary_vectors_add():
     assert unpack(pack(a) + pack(b), layout).to_dict() == (a + b).to_dict()
     with pytest.raises(ValueError):
         unpack(pack(a)[:-1], layout)
+
+
+@given(
+    n=st.integers(1, 60),
+    groups=st.integers(1, 5),
+    seed=st.integers(0, 2**32 - 1),
+    binary=st.booleans(),
+)
+@settings(max_examples=60, deadline=None)
+def test_grouped_statistics_equal_per_group_statistics(
+    n: int, groups: int, seed: int, binary: bool
+) -> None:
+    rng = np.random.default_rng(seed)
+    edges = np.array([0.0, 0.3, 0.5, 0.9, 1.0])
+    group = rng.integers(0, groups, n)
+    if binary:
+        inputs, labels, K = rng.uniform(size=n), rng.integers(0, 2, n), 2
+        calibrator = PlattCalibrator(0.7, -0.2)
+        layout = StatsLayout("binary", tuple(edges), 2, threshold=0.4)
+    else:
+        K = 4
+        inputs, labels = rng.normal(size=(n, K)) * 2, rng.integers(0, K, n)
+        calibrator = TemperatureCalibrator(1.3)
+        layout = StatsLayout("multiclass", tuple(edges), K)
+    matrix = pack_groups(
+        grouped_stats(
+            layout.task, inputs, labels, edges, group, groups, calibrator=calibrator, threshold=0.4
+        )
+    )
+    assert matrix.shape == (groups, layout.size)
+    for g in range(groups):
+        rows = group == g
+        if binary:
+            direct = binary_stats(
+                inputs[rows], labels[rows], edges, calibrator=calibrator, threshold=0.4
+            )
+        else:
+            direct = multiclass_stats(inputs[rows], labels[rows], edges, calibrator=calibrator)
+        np.testing.assert_allclose(matrix[g], pack(direct), rtol=1e-12, atol=1e-12)
