@@ -19,7 +19,9 @@ def create_app(config: Mapping[str, Any] | Settings | None = None) -> Flask:
     from service.api import register_blueprints
     from service.api.errors import register_error_handlers
     from service.api.session import init_session_handling
+    from service.exporter.endpoint import init_metrics
     from service.logging import configure_logging
+    from service.refresh import Refresher
     from service.storage.database import Database
 
     settings = config if isinstance(config, Settings) else load_settings(config)
@@ -31,8 +33,14 @@ def create_app(config: Mapping[str, Any] | Settings | None = None) -> Flask:
         JSON_SORT_KEYS=False,
     )
     app.json.sort_keys = False  # type: ignore[attr-defined]
-    app.extensions["calmon.database"] = Database(settings.database_url)
+    database = Database(settings.database_url)
+    app.extensions["calmon.database"] = database
     init_session_handling(app)
     register_error_handlers(app)
+    init_metrics(app)
     register_blueprints(app)
+    refresher = Refresher(database, settings)
+    app.extensions["calmon.refresher"] = refresher
+    if settings.refresh_in_service:
+        refresher.start()
     return app

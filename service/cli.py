@@ -41,6 +41,31 @@ def _token_create(args: argparse.Namespace) -> int:
     return 0
 
 
+def _refresh(args: argparse.Namespace) -> int:
+    import time
+
+    from service.refresh import Refresher, refresh_all
+    from service.storage.database import Database
+
+    settings = load_settings()
+    db = Database(settings.database_url)
+    try:
+        if not args.loop:
+            report = refresh_all(db, settings)
+            print(
+                f"refreshed {report.readings} readings of {report.models} models in "
+                f"{report.seconds:.2f} s",
+                file=sys.stderr,
+            )
+            return 0
+        refresher = Refresher(db, settings)
+        while True:
+            refresher.run_once()
+            time.sleep(settings.refresh_seconds)
+    finally:
+        db.dispose()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="calmon", description="Calibration monitoring service.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -54,6 +79,16 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--workers", type=int, default=2)
     serve.add_argument("--threads", type=int, default=4, help="threads per worker (gthread)")
     serve.set_defaults(handler=_serve)
+
+    refresh = commands.add_parser(
+        "refresh", help="recompute the stored readings behind the Prometheus gauges"
+    )
+    refresh.add_argument(
+        "--loop",
+        action="store_true",
+        help="keep refreshing every CALMON_REFRESH_SECONDS (a worker process)",
+    )
+    refresh.set_defaults(handler=_refresh)
 
     token = commands.add_parser("token", help="manage API tokens")
     token_commands = token.add_subparsers(dest="token_command", required=True)

@@ -20,7 +20,9 @@ def default_database_url() -> str:
 class Settings:
     """Everything the service reads from its environment, in one place.
 
-    ``refresh_seconds`` is how often stored readings behind the Prometheus gauges are recomputed;
+    ``refresh_seconds`` is how often stored readings behind the Prometheus gauges are recomputed,
+    by a thread in each service process (one at a time, by lease) unless ``refresh_in_service``
+    is off and ``calmon refresh --loop`` runs instead;
     ``max_body_bytes`` bounds a request body (larger bodies get 413).
     """
 
@@ -28,6 +30,7 @@ class Settings:
     admin_token: str | None = None
     windows: tuple[str, ...] = DEFAULT_WINDOWS
     refresh_seconds: float = 30.0
+    refresh_in_service: bool = True
     max_body_bytes: int = 16 * 1024 * 1024
     max_cohort_values: int = 100
     log_level: str = "INFO"
@@ -41,6 +44,14 @@ def _coerce(name: str, raw: Any) -> Any:
         if isinstance(raw, str):
             return tuple(w.strip() for w in raw.split(",") if w.strip())
         return tuple(raw)
+    if name == "refresh_in_service":
+        if isinstance(raw, bool):
+            return raw
+        if str(raw).lower() in ("1", "true", "yes", "on"):
+            return True
+        if str(raw).lower() in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"expected true or false, got {raw!r}")
     if name in ("max_body_bytes", "max_cohort_values"):
         return int(raw)
     if name == "refresh_seconds":

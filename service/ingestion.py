@@ -32,6 +32,7 @@ MAX_BATCH_ITEMS = 100_000
 
 @dataclass(frozen=True)
 class PredictionsAccepted:
+    model: str
     accepted: int
     duplicates: int
     contract_id: str
@@ -48,6 +49,7 @@ class PredictionsAccepted:
 
 @dataclass
 class LabelsApplied:
+    model: str
     joined: int = 0
     pending: int = 0
     duplicates: int = 0
@@ -101,29 +103,39 @@ def _distinct_cohorts(
     cohorts: Sequence[Mapping[str, str]],
 ) -> tuple[list[int], list[dict[str, str]]]:
     """Index every row's cohort into the batch's distinct cohorts (first-seen order)."""
-    index: dict[tuple[tuple[str, str], ...], int] = {}
+    by_items: dict[tuple[tuple[str, str], ...], int] = {}
+    by_canonical: dict[tuple[tuple[str, str], ...], int] = {}
     distinct: list[dict[str, str]] = []
     cohort_of = []
     for cohort in cohorts:
-        key = tuple(sorted(cohort.items()))
-        k = index.get(key)
+        items = tuple(cohort.items())
+        k = by_items.get(items)
         if k is None:
-            k = index[key] = len(distinct)
-            distinct.append(dict(key))
+            canonical = tuple(sorted(items))
+            k = by_canonical.get(canonical)
+            if k is None:
+                k = by_canonical[canonical] = len(distinct)
+                distinct.append(dict(canonical))
+            by_items[items] = k
         cohort_of.append(k)
     return cohort_of, distinct
 
 
-def _digest(ts: datetime, cohort_json: str, row: np.ndarray) -> bytes:
+def _row_bytes(inputs: np.ndarray) -> list[bytes]:
+    """Each row's logits (or score) as little-endian float64 bytes: what is stored and hashed."""
+    flat = np.ascontiguousarray(inputs, dtype="<f8")
+    width = flat.itemsize * (flat.shape[1] if flat.ndim == 2 else 1)
+    buffer = flat.tobytes()
+    return [buffer[i : i + width] for i in range(0, len(buffer), width)]
+
+
+def _digest(ts: datetime, cohort_utf8: bytes, row: bytes) -> bytes:
     """SHA-256 of a prediction's content: what tells a duplicate from a conflicting retry.
 
-    Covers the event time (UTC, microseconds), the cohort's canonical JSON and the float64 bytes
-    of the logits or score.
+    Covers the event time (UTC ISO 8601, microseconds), the cohort's canonical JSON and the
+    float64 bytes of the logits or score.
     """
-    digest = hashlib.sha256(ts.isoformat().encode())
-    digest.update(cohort_json.encode())
-    digest.update(row.tobytes())
-    return digest.digest()
+    return hashlib.sha256(b"%s|%s|%s" % (ts.isoformat().encode(), cohort_utf8, row)).digest()
 
 
 def _dedupe_batch(batch: PredictionBatch, digests: list[bytes]) -> tuple[list[int], int]:
@@ -155,11 +167,13 @@ def ingest_predictions(
     contract = _binding_contract(session, envelope.model, envelope.contract_id, now)
     spec = contract.spec
     batch = parse_predictions(envelope.items, task=spec.task, n_classes=len(spec.classes))
-    inputs = np.ascontiguousarray(batch.inputs, dtype="<f8")
+    row_bytes = _row_bytes(batch.inputs)
     cohort_of, distinct = _distinct_cohorts(batch.cohorts)
     cohort_json = [_canonical(c) for c in distinct]
+    cohort_utf8 = [c.encode() for c in cohort_json]
     digests = [
-        _digest(t, cohort_json[k], r) for t, k, r in zip(batch.ts, cohort_of, inputs, strict=True)
+        _digest(t, cohort_utf8[k], r)
+        for t, k, r in zip(batch.ts, cohort_of, row_bytes, strict=True)
     ]
     keep, repeats = _dedupe_batch(batch, digests)
 
@@ -172,13 +186,13 @@ def ingest_predictions(
     slices = {k: slices_of(c) for k, c in zip(used, capped, strict=True)}
     slices_json = {k: json.dumps(v, separators=(",", ":")) for k, v in slices.items()}
     rows = [
-        prediction_store.StagedPrediction(
-            id=batch.ids[i],
-            ts=batch.ts[i],
-            cohort_json=cohort_json[cohort_of[i]],
-            slices=slices_json[cohort_of[i]],
-            inputs=inputs[i].tobytes(),
-            digest=digests[i],
+        (
+            batch.ids[i],
+            batch.ts[i],
+            cohort_json[cohort_of[i]],
+            slices_json[cohort_of[i]],
+            row_bytes[i],
+            digests[i],
         )
         for i in keep
     ]
@@ -216,6 +230,7 @@ def ingest_predictions(
         apply_deltas(session, envelope.model, deltas)
     session.commit()
     return PredictionsAccepted(
+        model=envelope.model,
         accepted=len(inserted),
         duplicates=repeats + len(keep) - len(inserted),
         contract_id=contract.id,
@@ -244,7 +259,7 @@ def ingest_labels(
     envelope = parse_envelope(body, "labels", MAX_BATCH_ITEMS)
     _model_or_404(session, envelope.model)
     batch = parse_labels(envelope.items, classes=_label_classes(session, envelope.model, now))
-    result = LabelsApplied()
+    result = LabelsApplied(model=envelope.model)
     first_label = dict(zip(batch.ids, batch.labels, strict=True))
     for ident, label in batch.repeats:
         if label == first_label[ident]:
@@ -258,7 +273,8 @@ def ingest_labels(
                     "reason": "repeated in the batch",
                 }
             )
-    staged = list(zip(batch.ids, batch.labels, batch.ts, strict=True))
+    # In key order, the primary-key probes and inserts walk the indexes in order.
+    staged = sorted(zip(batch.ids, batch.labels, batch.ts, strict=True))
     joined, result.pending, stored = prediction_store.record_labels(
         session, envelope.model, staged, now
     )

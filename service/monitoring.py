@@ -163,6 +163,7 @@ def calibration_reading(
         "metrics": metrics,
         "bins": bins,
         "baseline": contract.spec.baseline["eval"]["calibrated"],
+        "policy": contract.spec.policy,
         "drift": drift.to_dict(),
         "threshold": threshold_of(contract) if contract.spec.task == "binary" else None,
         "notes": notes,

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
@@ -26,8 +30,34 @@ class CalmonServer(BaseApplication):  # type: ignore[misc]
         return create_app()
 
 
+def prepare_multiprocess_metrics() -> Path:
+    """Point prometheus-client at a fresh, empty directory shared by this server's workers.
+
+    Must run before any worker imports ``prometheus_client``; ``PROMETHEUS_MULTIPROC_DIR`` may be
+    set by the operator (it is then wiped), otherwise a temporary directory is made.
+    """
+    configured = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    path = Path(configured) if configured else Path(tempfile.mkdtemp(prefix="calmon-metrics-"))
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(path)
+    return path
+
+
+def _child_exit(_server: Any, worker: Any) -> None:
+    """Drop a dead worker's live gauges from the multiprocess files."""
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)
+
+
 def serve(*, host: str, port: int, workers: int, threads: int = 4) -> None:
-    """Serve on ``host:port`` with ``workers`` processes; SIGTERM drains in-flight requests."""
+    """Serve on ``host:port`` with ``workers`` processes; SIGTERM drains in-flight requests.
+
+    Counters and histograms add up across workers through prometheus-client's multiprocess mode.
+    """
+    prepare_multiprocess_metrics()
     CalmonServer(
         {
             "bind": f"{host}:{port}",
@@ -37,5 +67,6 @@ def serve(*, host: str, port: int, workers: int, threads: int = 4) -> None:
             "graceful_timeout": GRACEFUL_TIMEOUT_SECONDS,
             "timeout": 120,
             "accesslog": None,
+            "child_exit": _child_exit,
         }
     ).run()

@@ -7,6 +7,7 @@ from flask import Flask
 
 def register_blueprints(app: Flask) -> None:
     from service.api import audit, contracts, health, stream
+    from service.exporter import endpoint
 
-    for module in (health, contracts, stream, audit):
+    for module in (health, contracts, stream, audit, endpoint):
         app.register_blueprint(module.bp)

@@ -13,6 +13,12 @@ from service.auth import Permission
 from service.cohorts import parse_slice_query
 from service.config import Settings
 from service.errors import ErrorDetail, ValidationFailed
+from service.exporter.instruments import (
+    LABEL_DELAY,
+    LABELS_INGESTED,
+    PREDICTIONS_INGESTED,
+    observe_many,
+)
 from service.operations import utcnow
 from service.windows import Window, WindowError
 
@@ -28,6 +34,7 @@ def _settings() -> Settings:
 def predictions() -> Response:
     """Store a batch of predictions (idempotent per id)."""
     result = ingestion.ingest_predictions(db_session(), json_body(), _settings(), utcnow())
+    PREDICTIONS_INGESTED.labels(result.model).inc(result.accepted)
     return jsonify(result.to_dict())
 
 
@@ -36,6 +43,15 @@ def predictions() -> Response:
 def labels() -> Response:
     """Join a batch of labels to their predictions."""
     result = ingestion.ingest_labels(db_session(), json_body(), _settings(), utcnow())
+    for outcome, count in (
+        ("joined", result.joined),
+        ("pending", result.pending),
+        ("duplicate", result.duplicates),
+        ("conflict", len(result.conflicts)),
+    ):
+        if count:
+            LABELS_INGESTED.labels(result.model, outcome).inc(count)
+    observe_many(LABEL_DELAY.labels(result.model), result.delays_seconds)
     return jsonify(result.to_dict())
 
 

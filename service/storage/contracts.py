@@ -179,3 +179,8 @@ def latest_contract(session: Session, model: str) -> Contract | None:
         .limit(1)
     ).first()
     return None if row is None else _to_contract(row[0], row[1])
+
+
+def model_names(session: Session) -> list[str]:
+    """Every model that has at least one contract, sorted."""
+    return list(session.scalars(select(ModelRecord.name).order_by(ModelRecord.name)))

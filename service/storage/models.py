@@ -216,3 +216,41 @@ class CalibrationBucket(Base):
     n_labeled: Mapped[int] = mapped_column(BigInteger, default=0)
     unlabeled_expected_correct: Mapped[float] = mapped_column(Float, default=0.0)
     stats: Mapped[bytes | None] = mapped_column(LargeBinary)
+
+
+class StoredReading(Base):
+    """The latest reading of one (model, cohort slice, window), refreshed on an interval.
+
+    ``values`` holds the gauge values (ECE and its interval, NLL, Brier, accuracy, counts,
+    drift...) as computed by ``service.refresh``; every replica serves the same numbers from here.
+    """
+
+    __tablename__ = "stored_readings"
+
+    model: Mapped[str] = mapped_column(String(200), primary_key=True)
+    cohort: Mapped[str] = mapped_column(String(200), primary_key=True)
+    window: Mapped[str] = mapped_column(String(16), primary_key=True)
+    contract_id: Mapped[str] = mapped_column(String(36))
+    contract_version: Mapped[int]
+    computed_at: Mapped[datetime]
+    values: Mapped[dict[str, Any]]
+
+
+class StoredExposition(Base):
+    """The Prometheus text of the calibration gauges, rendered by the refresher."""
+
+    __tablename__ = "stored_expositions"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    body: Mapped[bytes] = mapped_column(LargeBinary)
+    computed_at: Mapped[datetime]
+
+
+class RefreshLease(Base):
+    """Who may run the periodic refresh, until when: one refresher at a time across replicas."""
+
+    __tablename__ = "refresh_leases"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(200))
+    expires_at: Mapped[datetime]

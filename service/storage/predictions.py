@@ -38,16 +38,9 @@ def _json_cast(session: Session, column: str) -> str:
     return f"{column}::json" if session.get_bind().dialect.name == "postgresql" else column
 
 
-@dataclass(frozen=True)
-class StagedPrediction:
-    """One validated prediction ready to store (``inputs`` packed float64, ``digest`` SHA-256)."""
-
-    id: str
-    ts: datetime
-    cohort_json: str
-    slices: str
-    inputs: bytes
-    digest: bytes
+#: A validated prediction ready to store: (id, ts, cohort JSON, slices JSON, inputs, digest);
+#: ``inputs`` are the packed float64 bytes, ``digest`` the SHA-256 of the content.
+StagedPrediction = tuple[str, datetime, str, str, bytes, bytes]
 
 
 @dataclass(frozen=True)
@@ -82,13 +75,9 @@ def insert_predictions(
     Returns ``(inserted ids, conflicting ids)``: a conflicting id is stored with other content
     (the caller rolls back). Ids stored with the same content are neither: duplicates.
     """
-    staging.load(
-        session,
-        "stage_predictions",
-        ((r.id, r.ts, r.cohort_json, r.slices, r.inputs, r.digest) for r in rows),
-    )
+    staging.load(session, "stage_predictions", rows)
     inserted = set(
-        session.scalars(
+        session.execute(
             text(
                 "INSERT INTO predictions (model, id, contract_id, ts, cohort, slices, inputs,"
                 " digest, received_at) SELECT :model, id, :contract_id, ts,"
@@ -98,6 +87,8 @@ def insert_predictions(
             ).bindparams(bindparam("now", type_=_TS)),
             {"model": model, "contract_id": contract_id, "now": now},
         )
+        .scalars()
+        .all()
     )
     conflicts: list[str] = []
     if len(inserted) < len(rows):

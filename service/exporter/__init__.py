@@ -1,0 +1,1 @@
+"""Prometheus export: database-derived gauges, in-process counters, the /metrics endpoint."""

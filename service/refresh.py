@@ -1,0 +1,187 @@
+"""The periodic refresh: recompute every (model, cohort slice, window) reading and store it.
+
+Prometheus scrapes read only the stored readings, so every worker and replica answers the same
+numbers and a scrape never touches raw predictions. One refresher runs at a time: whoever holds
+the ``refresh`` lease (a row with an expiry, so a crashed holder is replaced).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
+
+from service.cohorts import ALL
+from service.config import Settings
+from service.exporter.collector import render_readings
+from service.monitoring import calibration_reading
+from service.operations import utcnow
+from service.storage import audit
+from service.storage import buckets as bucket_store
+from service.storage import contracts as contracts_store
+from service.storage.database import Database
+from service.storage.leases import try_acquire
+from service.storage.readings import (
+    ReadingRow,
+    all_readings,
+    model_readings,
+    replace_model_readings,
+    store_exposition,
+)
+from service.windows import Window
+
+log = logging.getLogger(__name__)
+
+STATUS_CODES = {"insufficient_data": -1, "ok": 0, "warn": 1, "alert": 2}
+REFRESHER = "refresher"
+
+
+@dataclass(frozen=True)
+class RefreshReport:
+    models: int
+    readings: int
+    seconds: float
+
+
+def gauge_values(reading: dict[str, Any]) -> dict[str, Any]:
+    """The numbers the Prometheus gauges show, from a calibration reading (None: no value)."""
+    metrics, drift = reading["metrics"], reading["drift"]
+    ci = metrics.get("ece_ci") or [None, None]
+    return {
+        "ece": metrics.get("ece"),
+        "ece_ci_lower": ci[0],
+        "ece_ci_upper": ci[1],
+        "nll": metrics.get("nll"),
+        "brier": metrics.get("brier"),
+        "accuracy": metrics.get("accuracy"),
+        "mean_confidence": metrics.get("mean_confidence"),
+        "predictions": reading["n_predictions"],
+        "labeled_predictions": reading["n_labeled"],
+        "label_coverage": reading["label_coverage"],
+        "ece_delta": drift.get("ece_delta"),
+        "refit_temperature": drift.get("refit_temperature"),
+        "confidence_psi": drift.get("confidence_psi"),
+        "expected_accuracy": drift.get("expected_accuracy"),
+        "drift_status": STATUS_CODES[drift["status"]],
+        "status": drift["status"],
+        "reasons": list(drift.get("reasons") or []),
+    }
+
+
+def refresh_model(session: Session, model: str, settings: Settings, now: datetime) -> int:
+    """Recompute and store the readings of one model; audit drift status changes; commit."""
+    slices = [
+        ALL,
+        *(name for name, _, _ in bucket_store.slice_counts(session, model) if name != ALL),
+    ]
+    previous = model_readings(session, model)
+    rows = []
+    for window_name in settings.windows:
+        window = Window.trailing(window_name, now)
+        for slice_ in slices:
+            reading = calibration_reading(session, model, window, slice_, now)
+            values = gauge_values(reading)
+            values["policy_max_ece"] = reading["policy"]["max_ece"]
+            rows.append(
+                ReadingRow(
+                    model,
+                    slice_,
+                    window_name,
+                    reading["contract"]["id"],
+                    reading["contract"]["version"],
+                    now,
+                    values,
+                )
+            )
+            before = previous.get((slice_, window_name))
+            if before is not None and before.values.get("status") != values["status"]:
+                audit.append_event(
+                    session,
+                    type="drift_status_changed",
+                    actor=REFRESHER,
+                    now=now,
+                    model=model,
+                    contract_id=reading["contract"]["id"],
+                    details={
+                        "cohort": slice_,
+                        "window": window_name,
+                        "from": before.values.get("status"),
+                        "to": values["status"],
+                        "reasons": values["reasons"],
+                    },
+                )
+    replace_model_readings(session, model, rows)
+    session.commit()
+    return len(rows)
+
+
+def refresh_all(db: Database, settings: Settings, now: datetime | None = None) -> RefreshReport:
+    """Refresh every model that has a contract, one transaction per model."""
+    start = time.perf_counter()
+    now = now or utcnow()
+    with db.session() as session:
+        models = contracts_store.model_names(session)
+    readings = 0
+    for model in models:
+        with db.session() as session:
+            readings += refresh_model(session, model, settings, now)
+    with db.session() as session:
+        store_exposition(session, render_readings(all_readings(session)), now)
+        session.commit()
+    return RefreshReport(len(models), readings, time.perf_counter() - start)
+
+
+class Refresher:
+    """A daemon thread that refreshes the stored readings every ``refresh_seconds``.
+
+    Each service process runs one; the lease makes sure only one of them works per period.
+    """
+
+    def __init__(self, db: Database, settings: Settings) -> None:
+        self.db = db
+        self.settings = settings
+        self.holder = f"{socket.gethostname()}:{os.getpid()}"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="calmon-refresher", daemon=True)
+        self.last_report: RefreshReport | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run_once(self) -> RefreshReport | None:
+        """Refresh if this process holds (or wins) the lease; None when another one does."""
+        ttl = timedelta(seconds=max(3 * self.settings.refresh_seconds, 60))
+        with self.db.session() as session:
+            if not try_acquire(session, "refresh", self.holder, utcnow(), ttl):
+                return None
+        self.last_report = refresh_all(self.db, self.settings)
+        return self.last_report
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.settings.refresh_seconds):
+            try:
+                report = self.run_once()
+                if report is not None:
+                    log.info(
+                        "refreshed readings",
+                        extra={
+                            "models": report.models,
+                            "readings": report.readings,
+                            "seconds": round(report.seconds, 3),
+                        },
+                    )
+            except SQLAlchemyError as exc:
+                log.warning("refresh failed: %s", type(exc).__name__)
+            except Exception:
+                log.exception("refresh failed")

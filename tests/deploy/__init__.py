@@ -1,0 +1,93 @@
+"""Checks of the deployment material in ``deploy/``: Prometheus rules and the Grafana dashboard.
+
+Shared here: the metric names of DESIGN.md §4 that rules and dashboard may use, the regex that
+finds metric names in PromQL (and in annotation text), and a ``promtool`` runner.
+
+``promtool`` comes from Debian's ``prometheus`` package, which ``.ci/run`` installs. A missing
+``promtool`` fails these tests rather than skipping them: a skipped check of the alert rules would
+pass CI with rules nobody has evaluated.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+
+# DESIGN.md §4. Gauges are labelled {model, contract_version, cohort, window}.
+GAUGES = frozenset(
+    {
+        "calmon_ece",
+        "calmon_ece_ci_lower",
+        "calmon_ece_ci_upper",
+        "calmon_nll",
+        "calmon_brier",
+        "calmon_accuracy",
+        "calmon_mean_confidence",
+        "calmon_predictions",
+        "calmon_labeled_predictions",
+        "calmon_label_coverage",
+        "calmon_ece_delta",
+        "calmon_refit_temperature",
+        "calmon_confidence_psi",
+        "calmon_expected_accuracy",
+        "calmon_drift_status",
+        # Not in §4's list but exported with it: the contract's policy.max_ece, labelled
+        # {model, contract_version}, so that rules compare ECE with each contract's own threshold.
+        "calmon_policy_max_ece",
+    }
+)
+COUNTERS = frozenset(
+    {
+        "calmon_predictions_ingested_total",
+        "calmon_labels_ingested_total",
+        "calmon_rejected_items_total",
+    }
+)
+HISTOGRAMS = frozenset({"calmon_label_delay_seconds", "calmon_http_request_duration_seconds"})
+
+# Every series name Prometheus can hold for the metrics above (a histogram is three series).
+KNOWN_SERIES = (
+    GAUGES
+    | COUNTERS
+    | HISTOGRAMS
+    | {h + suffix for h in HISTOGRAMS for suffix in ("_bucket", "_sum", "_count")}
+)
+
+# A whole metric identifier mentioning calmon_, including recording-rule names such as
+# `model:calmon_predictions_ingested:rate5m`. Case-sensitive: alert names (CalmonDown) don't match.
+METRIC_RE = re.compile(r"(?<![\w:])[a-z_:]*calmon_[a-z0-9_:]*")
+
+PROMTOOL_MISSING = (
+    "promtool is not on PATH. `.ci/run` installs it with Debian's prometheus package "
+    "(`apt-get install -y --no-install-recommends prometheus`); install it the same way."
+)
+
+
+def metric_names(text: str) -> set[str]:
+    """Return every calmon metric identifier mentioned in ``text`` (PromQL, YAML or JSON)."""
+    return set(METRIC_RE.findall(text))
+
+
+def promtool(*args: str | Path, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """Run ``promtool`` with ``args``; fail the test (never skip) when it is not installed."""
+    exe = shutil.which("promtool")
+    if exe is None:
+        pytest.fail(PROMTOOL_MISSING, pytrace=False)
+    return subprocess.run(
+        [exe, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+def assert_ok(result: subprocess.CompletedProcess[str]) -> None:
+    """Assert that a promtool run exited 0, showing its whole output when it did not."""
+    assert result.returncode == 0, (
+        f"{' '.join(result.args)} exited {result.returncode}\n"
+        f"--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
+    )
