@@ -1,10 +1,14 @@
-"""The ``calmon`` command: migrate, serve, token."""
+"""The ``calmon`` command: migrate, serve, refresh, token, gate, fit."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 from service.auth import Role
 from service.config import load_settings
@@ -66,6 +70,99 @@ def _refresh(args: argparse.Namespace) -> int:
         db.dispose()
 
 
+def _token(args: argparse.Namespace) -> str:
+    token = args.token or os.environ.get("CALMON_TOKEN")
+    if not token:
+        raise UsageError("give --token or set CALMON_TOKEN")
+    return str(token)
+
+
+def _read_json(path: str, what: str) -> Any:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read the {what} {path}: {exc}") from exc
+
+
+def _gate(args: argparse.Namespace) -> int:
+    from service.remote import call, error_text, gate_report
+
+    body: dict[str, Any] = {"contract_id": args.contract}
+    if args.policy:
+        body["policy"] = _read_json(args.policy, "policy file")
+    status, reply = call(args.url, _token(args), "POST", "/v1/gate", body)
+    if status != 201:
+        print(error_text(reply), file=sys.stderr)
+        return 2
+    print(gate_report(reply))
+    return 0 if reply["decision"] == "pass" else 1
+
+
+def _fit(args: argparse.Namespace) -> int:
+    from service.contract_fit import FitRequest, fit_contract_spec
+    from service.contracts import parse_spec_fields
+    from service.datafiles import read_labeled_set
+    from service.errors import ErrorCollector
+    from service.remote import call, error_text
+
+    spec = _read_json(args.spec, "contract spec")
+    errors = ErrorCollector()
+    fields = parse_spec_fields(spec, errors)
+    if args.method == "platt" and fields["task"] == "multiclass":
+        errors.add("method", "platt scaling is for binary contracts only")
+    if errors:
+        raise UsageError(
+            "the contract spec is invalid: "
+            + "; ".join(f"{d.field}: {d.message}" for d in errors.details)
+        )
+    sets = {}
+    for name in ("fit", "eval"):
+        print(f"reading the {name} set {getattr(args, name)}", file=sys.stderr)
+        sets[name] = read_labeled_set(
+            Path(getattr(args, name)), task=fields["task"], classes=fields["classes"]
+        )
+    contract = fit_contract_spec(FitRequest(fields, args.method, sets["fit"], sets["eval"]))
+    body = {
+        key: getattr(contract, key)
+        for key in (
+            "model",
+            "checkpoint",
+            "task",
+            "classes",
+            "calibrator",
+            "objective",
+            "population",
+            "outcome",
+            "data_window",
+            "split",
+            "bin_edges",
+            "baseline",
+            "policy",
+        )
+    }
+    body["classes"], body["bin_edges"] = list(body["classes"]), list(body["bin_edges"])
+    status, reply = call(args.url, _token(args), "POST", "/v1/contracts", body)
+    if status != 201:
+        print(error_text(reply), file=sys.stderr)
+        return 2
+    print(
+        json.dumps(
+            {
+                "id": reply["id"],
+                "version": reply["version"],
+                "calibrator": reply["calibrator"],
+                "content_sha256": reply["content_sha256"],
+            },
+            indent=2,
+        )
+    )
+    return 0
+
+
+class UsageError(Exception):
+    """Bad command-line input: exit status 2."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="calmon", description="Calibration monitoring service.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -90,6 +187,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     refresh.set_defaults(handler=_refresh)
 
+    gate = commands.add_parser(
+        "gate", help="ask the review gate about a contract; exit 0 on pass, 1 on fail"
+    )
+    gate.add_argument("--url", required=True, help="the calmon service, e.g. http://host:8000")
+    gate.add_argument("--token", help="an admin token (default: $CALMON_TOKEN)")
+    gate.add_argument("--contract", required=True, help="the contract id")
+    gate.add_argument("--policy", help="a JSON file with the gate policy")
+    gate.set_defaults(handler=_gate)
+
+    fit = commands.add_parser(
+        "fit", help="fit a calibrator on local CSV/NPZ files and register the contract"
+    )
+    fit.add_argument("--url", required=True)
+    fit.add_argument("--token", help="an admin token (default: $CALMON_TOKEN)")
+    fit.add_argument(
+        "--spec",
+        required=True,
+        help="JSON with the contract fields (model, checkpoint, task, classes, ...)",
+    )
+    fit.add_argument("--fit", required=True, help="the fit set (.csv or .npz)")
+    fit.add_argument("--eval", required=True, help="the held-out eval set (.csv or .npz)")
+    fit.add_argument("--method", choices=["temperature", "platt"], default="temperature")
+    fit.set_defaults(handler=_fit)
+
     token = commands.add_parser("token", help="manage API tokens")
     token_commands = token.add_subparsers(dest="token_command", required=True)
     create = token_commands.add_parser("create", help="create a token; prints it alone on stdout")
@@ -102,9 +223,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``calmon`` console script."""
     args = build_parser().parse_args(argv)
+    from service.errors import CalmonError
+    from service.remote import RemoteError
+
     try:
         return int(args.handler(args))
-    except ValueError as exc:
+    except (UsageError, RemoteError, CalmonError, ValueError) as exc:
         print(f"calmon: {exc}", file=sys.stderr)
         return 2
 

@@ -11,9 +11,12 @@ from service.auth import Role, digests_match, new_token, token_digest
 from service.contract_fit import FitRequest, fit_contract_spec
 from service.contracts import Contract, ContractSpec, content_sha256, hashed_document
 from service.errors import Conflict, NotFound
+from service.gate import GateRequest, evaluate_gate
 from service.storage import audit
 from service.storage import contracts as contracts_store
+from service.storage import gates as gates_store
 from service.storage.contracts import claim_next_version, insert_contract
+from service.storage.gates import GateDecision
 from service.storage.tokens import insert_token, token_name_taken
 
 
@@ -130,3 +133,42 @@ def active_contract(session: Session, model: str, at: datetime) -> Contract:
     if contract is None:
         raise NotFound(f"model {model!r} has no active contract at {at.isoformat()}")
     return contract
+
+
+def decide_gate(session: Session, request: GateRequest, *, actor: str) -> GateDecision:
+    """Evaluate the contract against the policy, store the decision with its evidence, audit it."""
+    contract = find_contract(session, request.contract_id)
+    outcome = evaluate_gate(contract, request)
+    now = utcnow()
+    decision = GateDecision(
+        seq=0,
+        id=str(uuid.uuid4()),
+        contract_id=contract.id,
+        model=contract.model,
+        decided_at=now,
+        decided_by=actor,
+        decision=outcome.decision,
+        policy=outcome.policy,
+        checks=[c.to_dict() for c in outcome.checks],
+        evidence=outcome.evidence,
+        policy_sha256=outcome.policy_sha256,
+        evidence_sha256=outcome.evidence_sha256,
+    )
+    gates_store.insert_decision(session, decision)
+    audit.append_event(
+        session,
+        type="gate_decided",
+        actor=actor,
+        now=now,
+        model=contract.model,
+        contract_id=contract.id,
+        details={
+            "decision_id": decision.id,
+            "decision": decision.decision,
+            "failed_checks": [c.name for c in outcome.checks if not c.passed],
+            "evidence_sha256": decision.evidence_sha256,
+            "policy_sha256": decision.policy_sha256,
+        },
+    )
+    session.commit()
+    return decision

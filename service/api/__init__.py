@@ -6,8 +6,8 @@ from flask import Flask
 
 
 def register_blueprints(app: Flask) -> None:
-    from service.api import audit, contracts, health, stream
+    from service.api import audit, contracts, gate, health, stream
     from service.exporter import endpoint
 
-    for module in (health, contracts, stream, audit, endpoint):
+    for module in (health, contracts, stream, gate, audit, endpoint):
         app.register_blueprint(module.bp)

@@ -134,6 +134,32 @@ class AuditEventRecord(Base):
     model: Mapped[str | None] = mapped_column(String(200))
     contract_id: Mapped[str | None] = mapped_column(String(36))
     details: Mapped[dict[str, Any]]
+    prev_sha256: Mapped[str] = mapped_column(String(64))
+    sha256: Mapped[str] = mapped_column(String(64))
+
+
+class GateDecisionRecord(Base):
+    """A stored gate decision: the policy it applied, every check, and the evidence it saw."""
+
+    __tablename__ = "gate_decisions"
+    __table_args__ = (
+        Index("ix_gate_decisions_model_decided_at", "model", "decided_at"),
+        Index("ix_gate_decisions_contract_id", "contract_id"),
+        CheckConstraint("decision IN ('pass', 'fail')", name="decision"),
+    )
+
+    seq: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    id: Mapped[str] = mapped_column(String(36), unique=True)
+    contract_id: Mapped[str] = mapped_column(String(36), ForeignKey("contracts.id"))
+    model: Mapped[str] = mapped_column(String(200))
+    decided_at: Mapped[datetime]
+    decided_by: Mapped[str] = mapped_column(String(100))
+    decision: Mapped[str] = mapped_column(String(8))
+    policy: Mapped[dict[str, Any]]
+    checks: Mapped[list[Any]]
+    evidence: Mapped[dict[str, Any]]
+    policy_sha256: Mapped[str] = mapped_column(String(64))
+    evidence_sha256: Mapped[str] = mapped_column(String(64))
 
 
 class PredictionRecord(Base):

@@ -1,0 +1,78 @@
+"""A small client for calmon's HTTP API, used by ``calmon gate`` and ``calmon fit``."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+
+class RemoteError(Exception):
+    """The service could not be reached, or replied with an error."""
+
+
+def call(
+    url: str, token: str, method: str, path: str, body: Any = None, timeout: float = 120
+) -> tuple[int, Any]:
+    """Send one request; return (status, decoded JSON reply). Connection failures raise."""
+    request = urllib.request.Request(
+        url.rstrip("/") + path,
+        method=method,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, json.loads(response.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        raw = exc.read()
+        try:
+            return exc.code, json.loads(raw)
+        except ValueError:
+            return exc.code, {"error": {"message": raw.decode(errors="replace")[:500]}}
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise RemoteError(f"cannot reach {url}: {getattr(exc, 'reason', exc)}") from exc
+
+
+def error_text(reply: Any) -> str:
+    """A one-paragraph rendering of an error envelope."""
+    error = reply.get("error", {}) if isinstance(reply, dict) else {}
+    lines = [f"{error.get('code', 'error')}: {error.get('message', reply)}"]
+    for detail in error.get("details", [])[:20]:
+        lines.append(f"  - {detail.get('field')}: {detail.get('message')}")
+    return "\n".join(lines)
+
+
+def gate_report(decision: dict[str, Any]) -> str:
+    """A reviewer-readable report of a gate decision: checks, then the reliability table."""
+    evidence = decision["evidence"]
+    contract = evidence["contract"]
+    lines = [
+        f"gate {decision['decision'].upper()}  contract {contract['model']} "
+        f"v{contract['version']} ({contract['id']})",
+        f"decision {decision['id']} by {decision['decided_by']} at {decision['decided_at']}",
+        "",
+    ]
+    for check in decision["checks"]:
+        mark = "PASS" if check["passed"] else "FAIL"
+        lines.append(f"  [{mark}] {check['name']:<18} {check['message']}")
+    ci = evidence.get("ece_ci") or [None, None]
+    lines += [
+        "",
+        f"evidence: {evidence['source']['kind']}, n = {evidence['n']}, "
+        f"ECE {_num(evidence['ece'])} (95% interval {_num(ci[0])} - {_num(ci[1])}), "
+        f"NLL {_num(evidence['nll']['uncalibrated'])} -> {_num(evidence['nll']['calibrated'])}",
+        "",
+        "  bin            n   confidence  accuracy  95% interval",
+    ]
+    for b in evidence["reliability"]:
+        lines.append(
+            f"  [{b['lo']:.2f}, {b['hi']:.2f}) {b['n']:>6}   {b['mean_confidence']:.4f}"
+            f"      {b['accuracy']:.4f}    {b['ci'][0]:.4f} - {b['ci'][1]:.4f}"
+        )
+    return "\n".join(lines)
+
+
+def _num(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}"

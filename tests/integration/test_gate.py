@@ -1,0 +1,352 @@
+"""The review gate and the audit trail: decisions with evidence, a verifiable hash chain."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from flask.testing import FlaskClient
+from sqlalchemy import text
+
+from service.calibration import fit_temperature
+from service.storage.database import Database
+from tests.integration.conftest import ADMIN_TOKEN, Auth
+from tests.integration.factories import (
+    REFERENCE_FIT_LABELS,
+    REFERENCE_FIT_LOGITS,
+    contract_fields,
+    fit_body,
+    registration_body,
+)
+from tests.integration.test_served import CALMON, Served, served  # noqa: F401 - fixture
+
+
+def fitted(client: FlaskClient, auth: Auth, body: dict[str, Any] | None = None) -> dict:
+    response = client.post("/v1/contracts/fit", json=body or fit_body(), headers=auth.headers())
+    assert response.status_code == 201, response.get_json()
+    return response.get_json()
+
+
+def gate(client: FlaskClient, auth: Auth, **body: Any) -> dict:
+    response = client.post("/v1/gate", json=body, headers=auth.headers())
+    assert response.status_code == 201, response.get_json()
+    return response.get_json()
+
+
+def checks_of(decision: dict) -> dict[str, dict]:
+    return {c["name"]: c for c in decision["checks"]}
+
+
+def calibrated_sets(n: int, seed: int, sharpen: float = 1.0) -> tuple[dict, dict, np.ndarray]:
+    """Fit and eval sets whose labels are drawn from softmax(z): calibrated at T = sharpen."""
+    rng = np.random.default_rng(seed)
+    z = rng.normal(size=(2 * n, 3)) * 1.5
+    p = np.exp(z) / np.exp(z).sum(1, keepdims=True)
+    y = np.array([rng.choice(3, p=row) for row in p])
+    logits = np.round(z * sharpen, 6)
+    return (
+        {"logits": logits[:n].tolist(), "labels": y[:n].tolist()},
+        {"logits": logits[n:].tolist(), "labels": y[n:].tolist()},
+        logits,
+    )
+
+
+def test_a_small_eval_set_fails_the_gate_with_the_table_as_evidence(
+    client: FlaskClient, auth: Auth
+) -> None:
+    contract = fitted(client, auth)
+    decision = gate(client, auth, contract_id=contract["id"])
+    assert decision["decision"] == "fail"
+    checks = checks_of(decision)
+    assert set(checks) == {
+        "required_fields",
+        "disjoint_eval",
+        "eval_samples",
+        "eval_ece",
+        "nll_improvement",
+        "bin_samples",
+    }
+    assert checks["eval_samples"] == {
+        **checks["eval_samples"],
+        "passed": False,
+        "observed": 8,
+        "threshold": 500,
+    }
+    assert checks["required_fields"]["passed"] and checks["disjoint_eval"]["passed"]
+    evidence = decision["evidence"]
+    baseline = contract["baseline"]["eval"]["calibrated"]
+    assert evidence["reliability"] == baseline["bins"]
+    assert sum(b["n"] for b in evidence["reliability"]) == 8
+    assert evidence["ece"] == baseline["ece"] and evidence["ece_ci"] == baseline["ece_ci"]
+    assert evidence["contract"]["content_sha256"] == contract["content_sha256"]
+    assert len(decision["evidence_sha256"]) == 64
+
+
+def test_a_calibrated_model_passes_and_decisions_are_stored(
+    client: FlaskClient, auth: Auth
+) -> None:
+    fit_set, eval_set, _ = calibrated_sets(3000, seed=1, sharpen=2.0)
+    contract = fitted(
+        client,
+        auth,
+        fit_body("big", fit=fit_set, eval=eval_set, bin_edges=[0, 0.2, 0.4, 0.6, 0.8, 1]),
+    )
+    assert contract["calibrator"]["temperature"] == pytest.approx(2.0, rel=0.1)
+    policy = {
+        "max_ece": 0.05,
+        "max_ece_ci_upper": 0.08,
+        "min_eval_samples": 1000,
+        "min_bin_samples": 10,
+    }
+    decision = gate(client, auth, contract_id=contract["id"], policy=policy)
+    assert decision["decision"] == "pass", decision["checks"]
+    assert checks_of(decision)["eval_ece_ci_upper"]["threshold"] == 0.08
+    strict = gate(client, auth, contract_id=contract["id"], policy={**policy, "max_ece": 0.0001})
+    assert strict["decision"] == "fail"
+    assert not checks_of(strict)["eval_ece"]["passed"]
+    listed = client.get(
+        f"/v1/gate/decisions?contract_id={contract['id']}", headers=auth.headers("reader")
+    ).get_json()["decisions"]
+    assert [d["id"] for d in listed] == [strict["id"], decision["id"]]
+    assert listed[1]["evidence"] == decision["evidence"]
+    by_model = client.get("/v1/gate/decisions?model=big", headers=auth.headers()).get_json()
+    assert len(by_model["decisions"]) == 2
+    events = client.get("/v1/audit/events?type=gate_decided", headers=auth.headers()).get_json()
+    assert [e["details"]["decision"] for e in events["events"]] == ["pass", "fail"]
+    assert events["events"][1]["details"]["failed_checks"] == ["eval_ece"]
+
+
+def test_a_fresh_evaluation_set_is_measured_and_the_fit_set_is_refused(
+    client: FlaskClient, auth: Auth
+) -> None:
+    fit_set, eval_set, _ = calibrated_sets(1500, seed=2)
+    contract = fitted(client, auth, fit_body("fresh", fit=fit_set, eval=eval_set))
+    _, newer, _ = calibrated_sets(800, seed=3)
+    decision = gate(
+        client,
+        auth,
+        contract_id=contract["id"],
+        evaluation=newer,
+        policy={"max_ece": 0.1, "min_eval_samples": 500},
+    )
+    assert decision["evidence"]["source"]["kind"] == "evaluation"
+    assert decision["evidence"]["n"] == 800
+    assert decision["decision"] == "pass", decision["checks"]
+    leaked = gate(
+        client,
+        auth,
+        contract_id=contract["id"],
+        evaluation=fit_set,
+        policy={"max_ece": 0.1, "min_eval_samples": 500},
+    )
+    assert leaked["decision"] == "fail"
+    assert not checks_of(leaked)["disjoint_eval"]["passed"]
+
+
+def test_missing_fingerprints_fail_required_fields(client: FlaskClient, auth: Auth) -> None:
+    source = fitted(client, auth)
+    body = registration_body(source, model="bare")
+    body["split"] = {"method": "unknown"}
+    contract = client.post("/v1/contracts", json=body, headers=auth.headers()).get_json()
+    decision = gate(client, auth, contract_id=contract["id"], policy={"min_eval_samples": 1})
+    checks = checks_of(decision)
+    assert not checks["required_fields"]["passed"]
+    assert "split.fit_fingerprint" in checks["required_fields"]["observed"]
+    assert not checks["disjoint_eval"]["passed"]
+
+
+def test_bad_gate_requests(client: FlaskClient, auth: Auth) -> None:
+    contract = fitted(client, auth)
+    cases = [
+        ({"contract_id": contract["id"], "policy": {"max_ece": 2}}, 422, "policy.max_ece"),
+        ({"contract_id": contract["id"], "policy": {"surprise": 1}}, 422, "policy.surprise"),
+        (
+            {"contract_id": contract["id"], "policy": {"require_disjoint_eval": "yes"}},
+            422,
+            "policy.require_disjoint_eval",
+        ),
+        (
+            {"contract_id": contract["id"], "evaluation": {"logits": [[1, 2]], "labels": [0]}},
+            422,
+            "evaluation.logits[0]",
+        ),
+        ({"policy": {}}, 422, "contract_id"),
+        ({"contract_id": "nope"}, 404, None),
+    ]
+    for body, status, field in cases:
+        response = client.post("/v1/gate", json=body, headers=auth.headers())
+        assert response.status_code == status, (body, response.get_json())
+        if field:
+            assert field in {d["field"] for d in response.get_json()["error"]["details"]}
+    assert (
+        client.post(
+            "/v1/gate", json={"contract_id": contract["id"]}, headers=auth.headers("reader")
+        ).status_code
+        == 403
+    )
+
+
+def test_the_audit_chain_verifies_and_detects_tampering(
+    client: FlaskClient, auth: Auth, db: Database
+) -> None:
+    contract = fitted(client, auth)
+    client.post(
+        f"/v1/contracts/{contract['id']}/retire",
+        json={"reason": "replaced"},
+        headers=auth.headers(),
+    )
+    gate(client, auth, contract_id=contract["id"])
+    auth.token("reader")
+    verified = client.get("/v1/audit/verify", headers=auth.headers()).get_json()
+    assert verified["valid"] is True and verified["events"] == 4
+    events = client.get("/v1/audit/events", headers=auth.headers()).get_json()["events"]
+    assert [e["prev_sha256"] for e in events[1:]] == [e["sha256"] for e in events[:-1]]
+    with db.engine.begin() as connection:
+        connection.execute(
+            text("UPDATE audit_events SET actor = 'someone' WHERE seq = :s"),
+            {"s": events[1]["seq"]},
+        )
+    broken = client.get("/v1/audit/verify", headers=auth.headers()).get_json()
+    assert broken == {**broken, "valid": False, "first_invalid_seq": events[1]["seq"]}
+    with db.engine.begin() as connection:
+        connection.execute(
+            text("UPDATE audit_events SET actor = :a WHERE seq = :s"),
+            {"a": events[1]["actor"], "s": events[1]["seq"]},
+        )
+        connection.execute(text("DELETE FROM audit_events WHERE seq = :s"), {"s": events[2]["seq"]})
+    removed = client.get("/v1/audit/verify", headers=auth.headers()).get_json()
+    assert removed["valid"] is False and removed["first_invalid_seq"] == events[3]["seq"]
+
+
+def test_audit_answers_who_retired_what_and_why_as_csv(client: FlaskClient, auth: Auth) -> None:
+    contract = fitted(client, auth)
+    auth.token("reader")
+    client.post(
+        f"/v1/contracts/{contract['id']}/retire",
+        json={"reason": "population shift"},
+        headers=auth.headers(),
+    )
+    response = client.get("/v1/audit/events?model=glyphs&format=csv", headers=auth.headers())
+    assert response.content_type.startswith("text/csv")
+    rows = list(csv.DictReader(io.StringIO(response.get_data(as_text=True))))
+    assert [r["type"] for r in rows] == ["contract_fitted", "contract_retired"]
+    assert rows[1]["actor"] == "bootstrap-admin"
+    assert json.loads(rows[1]["details"])["reason"] == "population shift"
+    tokens = client.get("/v1/audit/events?type=token_created", headers=auth.headers()).get_json()
+    assert tokens["events"][0]["details"] == {"name": "test-reader", "role": "reader"}
+    assert auth.token("reader") not in json.dumps(tokens)
+    bad = client.get("/v1/audit/events?format=xml", headers=auth.headers())
+    assert bad.status_code == 422
+
+
+def run_cli(*args: str, env_token: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(CALMON), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "", **({"CALMON_TOKEN": env_token} if env_token else {})},
+    )
+
+
+def test_cli_gate_exit_codes(served: Served, tmp_path: Path) -> None:  # noqa: F811
+    status, contract = served.call("POST", "/v1/contracts/fit", fit_body("cli"))
+    assert status == 201
+    failing = run_cli(
+        "gate", "--url", served.url, "--token", ADMIN_TOKEN, "--contract", contract["id"]
+    )
+    assert failing.returncode == 1, failing.stderr
+    assert "gate FAIL" in failing.stdout and "[FAIL] eval_samples" in failing.stdout
+    assert "confidence  accuracy" in failing.stdout
+    policy = tmp_path / "policy.json"
+    policy.write_text(
+        json.dumps({"min_eval_samples": 1, "max_ece": 0.9, "require_nll_improvement": False})
+    )
+    passing = run_cli(
+        "gate",
+        "--url",
+        served.url,
+        "--contract",
+        contract["id"],
+        "--policy",
+        str(policy),
+        env_token=ADMIN_TOKEN,
+    )
+    assert passing.returncode == 0, passing.stdout + passing.stderr
+    assert "gate PASS" in passing.stdout
+    unknown = run_cli("gate", "--url", served.url, "--token", ADMIN_TOKEN, "--contract", "nope")
+    assert unknown.returncode == 2 and "not_found" in unknown.stderr
+    down = run_cli(
+        "gate", "--url", "http://127.0.0.1:9", "--token", ADMIN_TOKEN, "--contract", contract["id"]
+    )
+    assert down.returncode == 2 and "cannot reach" in down.stderr
+    usage = run_cli("gate", "--url", served.url)
+    assert usage.returncode == 2
+
+
+def test_cli_fit_registers_a_contract_from_csv_and_npz(
+    served: Served,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    fit_set, eval_set, _ = calibrated_sets(400, seed=5, sharpen=1.5)
+    with (tmp_path / "fit.csv").open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["z0", "z1", "z2", "label"])
+        for z, y in zip(fit_set["logits"], fit_set["labels"], strict=True):
+            writer.writerow([*z, ["a", "b", "c"][y]])
+    np.savez(
+        tmp_path / "eval.npz",
+        logits=np.array(eval_set["logits"]),
+        labels=np.array(eval_set["labels"]),
+    )
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(contract_fields("from-files")))
+    result = run_cli(
+        "fit",
+        "--url",
+        served.url,
+        "--token",
+        ADMIN_TOKEN,
+        "--spec",
+        str(spec),
+        "--fit",
+        str(tmp_path / "fit.csv"),
+        "--eval",
+        str(tmp_path / "eval.npz"),
+    )
+    assert result.returncode == 0, result.stderr
+    registered = json.loads(result.stdout)
+    expected = fit_temperature(np.array(fit_set["logits"]), np.array(fit_set["labels"]))
+    assert registered["calibrator"]["temperature"] == pytest.approx(expected.temperature, rel=1e-9)
+    status, stored = served.call("GET", f"/v1/contracts/{registered['id']}")
+    assert status == 200 and stored["baseline"]["eval"]["calibrated"]["n"] == 400
+    same = run_cli(
+        "fit",
+        "--url",
+        served.url,
+        "--token",
+        ADMIN_TOKEN,
+        "--spec",
+        str(spec),
+        "--fit",
+        str(tmp_path / "fit.csv"),
+        "--eval",
+        str(tmp_path / "fit.csv"),
+    )
+    assert same.returncode == 2
+    assert "same fingerprint" in same.stderr
+
+
+def test_reference_sets_are_fingerprinted_identically() -> None:
+    from service.labeled_sets import LabeledSet
+
+    a = LabeledSet(np.array(REFERENCE_FIT_LOGITS, float), np.array(REFERENCE_FIT_LABELS))
+    b = LabeledSet(np.array(REFERENCE_FIT_LOGITS, float), np.array(REFERENCE_FIT_LABELS))
+    assert a.fingerprint() == b.fingerprint()
+    assert a.fingerprint() != LabeledSet(a.inputs[::-1].copy(), a.labels[::-1].copy()).fingerprint()
