@@ -18,6 +18,7 @@ def create_app(config: Mapping[str, Any] | Settings | None = None) -> Flask:
     """
     from service.api import register_blueprints
     from service.api.errors import register_error_handlers
+    from service.api.request_log import init_request_log
     from service.api.session import init_session_handling
     from service.exporter.endpoint import init_metrics
     from service.logging import configure_logging
@@ -36,6 +37,7 @@ def create_app(config: Mapping[str, Any] | Settings | None = None) -> Flask:
     database = Database(settings.database_url)
     app.extensions["calmon.database"] = database
     init_session_handling(app)
+    init_request_log(app)
     register_error_handlers(app)
     init_metrics(app)
     register_blueprints(app)

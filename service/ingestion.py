@@ -56,6 +56,15 @@ class LabelsApplied:
     conflicts: list[dict[str, Any]] = field(default_factory=list)
     delays_seconds: list[float] = field(default_factory=list)
 
+    def compare(self, ident: str, label: int, earlier: int, reason: str) -> None:
+        """Count a label met again: a duplicate if it agrees, else a conflict (not applied)."""
+        if label == earlier:
+            self.duplicates += 1
+        else:
+            self.conflicts.append(
+                {"id": ident, "label": label, "stored_label": earlier, "reason": reason}
+            )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "joined": self.joined,
@@ -262,17 +271,7 @@ def ingest_labels(
     result = LabelsApplied(model=envelope.model)
     first_label = dict(zip(batch.ids, batch.labels, strict=True))
     for ident, label in batch.repeats:
-        if label == first_label[ident]:
-            result.duplicates += 1
-        else:
-            result.conflicts.append(
-                {
-                    "id": ident,
-                    "label": label,
-                    "stored_label": first_label[ident],
-                    "reason": "repeated in the batch",
-                }
-            )
+        result.compare(ident, label, first_label[ident], "repeated in the batch")
     # In key order, the primary-key probes and inserts walk the indexes in order.
     staged = sorted(zip(batch.ids, batch.labels, batch.ts, strict=True))
     joined, result.pending, stored = prediction_store.record_labels(
@@ -280,19 +279,16 @@ def ingest_labels(
     )
     for ident, label, _ in staged:
         if ident in stored:
-            if stored[ident] == label:
-                result.duplicates += 1
-            else:
-                result.conflicts.append(
-                    {
-                        "id": ident,
-                        "label": label,
-                        "stored_label": stored[ident],
-                        "reason": "a different label was received before",
-                    }
-                )
+            result.compare(ident, label, stored[ident], "a different label was received before")
     result.joined = len(joined.ids)
     result.delays_seconds = (joined.label_seconds - joined.seconds).astype(float).tolist()
+    _count_joined(session, envelope.model, joined)
+    session.commit()
+    return result
+
+
+def _count_joined(session: Session, model: str, joined: prediction_store.JoinedLabels) -> None:
+    """Move just-joined labeled predictions from the unlabeled sums into the statistics."""
     deltas: dict[BucketKey, BucketDelta] = {}
     contract_of = np.array(joined.contract_ids, dtype=object)
     for contract_id in sorted(set(joined.contract_ids)):
@@ -312,6 +308,12 @@ def ingest_labels(
                 new=False,
             ),
         )
-    apply_deltas(session, envelope.model, deltas)
+    apply_deltas(session, model, deltas)
+
+
+def sweep_waiting_labels(session: Session, model: str) -> int:
+    """Join labels left waiting though their prediction is stored (a concurrent-write race)."""
+    joined = prediction_store.sweep_waiting_labels(session, model)
+    _count_joined(session, model, joined)
     session.commit()
-    return result
+    return len(joined.ids)

@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 from service.cohorts import ALL
 from service.config import Settings
 from service.exporter.collector import render_readings
+from service.ingestion import sweep_waiting_labels
 from service.monitoring import calibration_reading
 from service.operations import utcnow
 from service.storage import audit
@@ -77,7 +78,11 @@ def gauge_values(reading: dict[str, Any]) -> dict[str, Any]:
 
 
 def refresh_model(session: Session, model: str, settings: Settings, now: datetime) -> int:
-    """Recompute and store the readings of one model; audit drift status changes; commit."""
+    """Join stray waiting labels, recompute and store the model's readings, audit drift status
+    changes; commit."""
+    swept = sweep_waiting_labels(session, model)
+    if swept:
+        log.info("joined waiting labels", extra={"model": model, "labels": swept})
     slices = [
         ALL,
         *(name for name, _, _ in bucket_store.slice_counts(session, model) if name != ALL),

@@ -248,3 +248,40 @@ def labeled_sample(
     if slice_ is not None:
         query = query.where(PredictionRecord.slices.contains(json.dumps(slice_)))
     return [(row.inputs, int(row.label)) for row in session.execute(query)]
+
+
+def sweep_waiting_labels(session: Session, model: str) -> JoinedLabels:
+    """Join waiting labels whose prediction is stored after all.
+
+    Only a label written at the same moment as its prediction by a concurrent transaction can be
+    left waiting with its prediction present; the refresher runs this for every model. Reads the
+    waiting labels through their partial index, so it costs little while few labels wait.
+    """
+    lock = " FOR UPDATE OF l" if session.get_bind().dialect.name == "postgresql" else ""
+    rows = [
+        tuple(r)
+        for r in session.execute(
+            text(
+                f"SELECT l.id, l.label, {_epoch(session, 'l.ts')}, p.contract_id,"
+                f" {_epoch(session, 'p.ts')}, p.slices, p.inputs FROM labels l"
+                " JOIN predictions p ON p.model = l.model AND p.id = l.id"
+                f" WHERE l.model = :model AND NOT l.joined{lock}"
+            ),
+            {"model": model},
+        )
+    ]
+    if rows:
+        session.execute(
+            text("UPDATE labels SET joined = true WHERE model = :model AND id = :id"),
+            [{"model": model, "id": r[0]} for r in rows],
+        )
+    cols: list[tuple[Any, ...]] = list(zip(*rows, strict=True)) if rows else [()] * 7
+    return JoinedLabels(
+        ids=list(cols[0]),
+        contract_ids=list(cols[3]),
+        seconds=np.array(cols[4], dtype=np.int64),
+        label_seconds=np.array(cols[2], dtype=np.int64),
+        slices=list(cols[5]),
+        inputs=[bytes(b) for b in cols[6]],
+        labels=np.array(cols[1], dtype=np.int64),
+    )
