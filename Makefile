@@ -45,6 +45,8 @@ migrate: $(BIN)/activate
 
 bench: $(BIN)/activate
 	$(BIN)/python bench/bench_core.py
+	$(BIN)/python bench/bench_metrics.py
+	$(BIN)/python bench/bench_stream.py --predictions 1000000
 
 clean:
 	rm -rf $(VENV) instance .pytest_cache .ruff_cache .mypy_cache
