@@ -203,7 +203,9 @@ def ingest_predictions(
             row_bytes[i],
             digests[i],
         )
-        for i in keep
+        # In key order: concurrent batches with overlapping ids then wait on each other in the
+        # same order instead of deadlocking, and the primary-key index is walked in order.
+        for i in sorted(keep, key=batch.ids.__getitem__)
     ]
     inserted, conflicts = prediction_store.insert_predictions(
         session, envelope.model, contract.id, rows, now

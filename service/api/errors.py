@@ -101,7 +101,7 @@ def register_error_handlers(app: Flask) -> None:
         return error_response(
             503,
             "database_unavailable",
-            "the database is unavailable; retry shortly",
+            "the database is unavailable or could not complete the request; retry shortly",
             headers={"Retry-After": "5"},
         )
 

@@ -9,11 +9,10 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import bindparam, select, text
+from sqlalchemy import bindparam, text
 from sqlalchemy.orm import Session
 
 from service.storage import staging
-from service.storage.models import LabelRecord, PredictionRecord
 from service.storage.types import UTCDateTime
 
 _TS = UTCDateTime()
@@ -228,26 +227,36 @@ def labeled_sample(
     """The newest ``limit`` labeled predictions of a contract and slice in ``[start, end)``.
 
     ``slice_`` None means every prediction (the ``all`` slice). Returns ``(inputs, label)`` pairs.
+    Walks the predictions newest first through their (model, ts) index and probes each label by
+    primary key (fenced on PostgreSQL, so stale statistics cannot turn it into a full hash join).
     """
-    query = (
-        select(PredictionRecord.inputs, LabelRecord.label)
-        .join(
-            LabelRecord,
-            (LabelRecord.model == PredictionRecord.model) & (LabelRecord.id == PredictionRecord.id),
-        )
-        .where(
-            PredictionRecord.model == model,
-            PredictionRecord.contract_id == contract_id,
-            PredictionRecord.ts >= start,
-            PredictionRecord.ts < end,
-            LabelRecord.joined,
-        )
-        .order_by(PredictionRecord.ts.desc())
-        .limit(limit)
-    )
+    where = ["p.model = :model", "p.contract_id = :contract", "p.ts >= :start", "p.ts < :end"]
+    params: dict[str, Any] = {
+        "model": model,
+        "contract": contract_id,
+        "start": start,
+        "end": end,
+        "limit": limit,
+    }
     if slice_ is not None:
-        query = query.where(PredictionRecord.slices.contains(json.dumps(slice_)))
-    return [(row.inputs, int(row.label)) for row in session.execute(query)]
+        where.append("p.slices LIKE :slice ESCAPE '!'")
+        escaped = json.dumps(slice_).replace("!", "!!").replace("%", "!%").replace("_", "!_")
+        params["slice"] = f"%{escaped}%"
+    if session.get_bind().dialect.name == "postgresql":
+        source = (
+            "predictions p CROSS JOIN LATERAL (SELECT label FROM labels"
+            " WHERE model = p.model AND id = p.id AND joined OFFSET 0) l"
+        )
+    else:
+        source = "predictions p JOIN labels l ON l.model = p.model AND l.id = p.id AND l.joined"
+    rows = session.execute(
+        text(
+            f"SELECT p.inputs, l.label FROM {source} WHERE {' AND '.join(where)}"
+            " ORDER BY p.ts DESC LIMIT :limit"
+        ).bindparams(bindparam("start", type_=_TS), bindparam("end", type_=_TS)),
+        params,
+    )
+    return [(bytes(row[0]), int(row[1])) for row in rows]
 
 
 def sweep_waiting_labels(session: Session, model: str) -> JoinedLabels:

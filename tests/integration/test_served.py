@@ -14,6 +14,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,15 +79,9 @@ def wait_until(check, seconds: float, what: str) -> Any:  # type: ignore[no-unty
     pytest.fail(f"timed out after {seconds} s waiting for {what}")
 
 
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[Served]:
-    """``calmon serve --workers 2`` on a fresh database of the backend under test."""
-    if BACKEND == "postgresql":
-        databases = _postgres_database(os.environ["CALMON_TEST_DATABASE_URL"])
-        url = next(databases)
-    else:
-        databases, url = iter(()), f"sqlite:///{tmp_path / 'served.db'}"
-    upgrade_to_head(url)
+@contextmanager
+def serving(url: str, tmp_path: Path) -> Iterator[Served]:
+    """``calmon serve --workers 2`` against ``url`` (already migrated), stopped afterwards."""
     port = free_port()
     env = {
         **os.environ,
@@ -112,6 +107,21 @@ def served(tmp_path: Path) -> Iterator[Served]:
         process.terminate()
         process.wait(timeout=30)
         log.close()
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    """``calmon serve --workers 2`` on a fresh database of the backend under test."""
+    if BACKEND == "postgresql":
+        databases = _postgres_database(os.environ["CALMON_TEST_DATABASE_URL"])
+        url = next(databases)
+    else:
+        databases, url = iter(()), f"sqlite:///{tmp_path / 'served.db'}"
+    upgrade_to_head(url)
+    try:
+        with serving(url, tmp_path) as server:
+            yield server
+    finally:
         for _ in databases:
             pass
 

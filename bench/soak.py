@@ -1,0 +1,225 @@
+"""Load and soak: several concurrent clients against calmon on PostgreSQL for minutes.
+
+    python bench/soak.py [--seconds 300] [--ingesters 2]
+
+Starts ``calmon serve`` (2 workers, refresher every 5 s) on a fresh database next to
+``CALMON_BENCH_DATABASE_URL`` and runs, all at once and unpaced: ingest clients posting batches of
+2,000 predictions (K = 10), a label client joining the labels of predictions a few seconds old, a
+reader asking for calibration readings, and a scraper reading /metrics every second. Reports
+throughput, latency percentiles, errors (target 0) and the service's memory (RSS of the gunicorn
+master and workers) after warm-up and at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import platform
+import sys
+import threading
+import time
+from collections import defaultdict
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_stream import PORT, TOKEN, drop_database, fresh_database, start_service
+
+K = 10
+BATCH = 2000
+
+
+def rss_mib(master: int) -> float:
+    """Resident memory of the gunicorn master and its workers, MiB."""
+    pids = [master]
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == master:
+                pids.append(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    total = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            continue
+    return total / 1024
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.latency: dict[str, list[float]] = defaultdict(list)
+        self.items: dict[str, int] = defaultdict(int)
+        self.errors: dict[str, int] = defaultdict(int)
+        self.lock = threading.Lock()
+
+    def record(self, name: str, seconds: float, items: int, ok: bool) -> None:
+        with self.lock:
+            self.latency[name].append(seconds * 1000)
+            self.items[name] += items if ok else 0
+            self.errors[name] += 0 if ok else 1
+
+
+def request(
+    conn: http.client.HTTPConnection, method: str, path: str, body: bytes | None
+) -> tuple[int, bytes]:
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    conn.request(method, path, body=body, headers=headers)
+    response = conn.getresponse()
+    return response.status, response.read()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=300)
+    parser.add_argument("--ingesters", type=int, default=2)
+    args = parser.parse_args()
+    base = os.environ.get("CALMON_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+    name, url = fresh_database(base)
+    os.environ["CALMON_REFRESH_SECONDS"] = "5"
+    service = start_service(url, 2)
+    recorder = Recorder()
+    stop = threading.Event()
+    produced: list[tuple[float, list[str]]] = []
+    produced_lock = threading.Lock()
+    rng = np.random.default_rng(0)
+    fragments = [json.dumps(np.round(rng.normal(size=K) * 2, 4).tolist()) for _ in range(BATCH)]
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=120)
+        fit = {
+            "logits": rng.normal(size=(1000, K)).round(4).tolist(),
+            "labels": rng.integers(0, K, 1000).tolist(),
+        }
+        held = {
+            "logits": rng.normal(size=(1000, K)).round(4).tolist(),
+            "labels": rng.integers(0, K, 1000).tolist(),
+        }
+        status, raw = request(
+            conn,
+            "POST",
+            "/v1/contracts/fit",
+            json.dumps(
+                {
+                    "model": "soak",
+                    "checkpoint": "soak",
+                    "task": "multiclass",
+                    "classes": [f"c{k}" for k in range(K)],
+                    "population": "synthetic",
+                    "outcome": "top-label correct",
+                    "split": {"method": "random"},
+                    "data_window": {"start": "2026-01-01T00:00:00Z", "end": "2026-02-01T00:00:00Z"},
+                    "method": "temperature",
+                    "fit": fit,
+                    "eval": held,
+                }
+            ).encode(),
+        )
+        assert status == 201, raw
+
+        def ingester(k: int) -> None:
+            conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=120)
+            n = 0
+            regions = ("emea", "apac", "amer")
+            while not stop.is_set():
+                ts = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+                ids = [f"i{k}-{n}-{i}" for i in range(BATCH)]
+                rows = ",".join(
+                    f'{{"id":"{ids[i]}","ts":"{ts}","cohort":{{"region":"{regions[i % 3]}"}},'
+                    f'"logits":{fragments[i]}}}'
+                    for i in range(BATCH)
+                )
+                body = f'{{"model":"soak","predictions":[{rows}]}}'.encode()
+                start = time.perf_counter()
+                status, _ = request(conn, "POST", "/v1/predictions", body)
+                recorder.record(
+                    "POST /v1/predictions", time.perf_counter() - start, BATCH, status == 200
+                )
+                if status == 200:
+                    with produced_lock:
+                        produced.append((time.monotonic(), ids))
+                n += 1
+
+        def labeler() -> None:
+            conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=120)
+            while not stop.is_set():
+                with produced_lock:
+                    ready = [p for p in produced if time.monotonic() - p[0] > 3]
+                    for p in ready:
+                        produced.remove(p)
+                if not ready:
+                    time.sleep(0.2)
+                    continue
+                ts = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+                for _, ids in ready:
+                    body = json.dumps(
+                        {
+                            "model": "soak",
+                            "labels": [{"id": i, "label": int(hash(i) % K), "ts": ts} for i in ids],
+                        }
+                    ).encode()
+                    start = time.perf_counter()
+                    status, _ = request(conn, "POST", "/v1/labels", body)
+                    recorder.record(
+                        "POST /v1/labels", time.perf_counter() - start, len(ids), status == 200
+                    )
+
+        def poller(path: str, pause: float) -> None:
+            conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=120)
+            while not stop.is_set():
+                start = time.perf_counter()
+                status, _ = request(conn, "GET", path, None)
+                recorder.record(
+                    f"GET {path.split('?')[0]}", time.perf_counter() - start, 1, status == 200
+                )
+                time.sleep(pause)
+
+        threads = [threading.Thread(target=ingester, args=(k,)) for k in range(args.ingesters)]
+        threads += [
+            threading.Thread(target=labeler),
+            threading.Thread(
+                target=poller,
+                args=("/v1/models/soak/calibration?window=1h&cohort=region:emea", 0.1),
+            ),
+            threading.Thread(target=poller, args=("/metrics", 1.0)),
+        ]
+        for t in threads:
+            t.start()
+        time.sleep(min(15, args.seconds / 4))
+        memory_start = rss_mib(service.pid)
+        started = time.monotonic()
+        recorder.__init__()  # measure after warm-up
+        time.sleep(args.seconds)
+        elapsed = time.monotonic() - started
+        memory_end = rss_mib(service.pid)
+        stop.set()
+        for t in threads:
+            t.join()
+    finally:
+        service.terminate()
+        service.wait(timeout=60)
+        drop_database(base, name)
+    print(
+        f"\nsoak: {elapsed:.0f} s on {platform.machine()}, {os.cpu_count()} cores; service RSS "
+        f"{memory_start:.0f} MiB after warm-up, {memory_end:.0f} MiB at the end\n"
+    )
+    print("| endpoint | requests | items/s | p50 ms | p95 ms | p99 ms | errors |")
+    print("|---|---|---|---|---|---|---|")
+    for name_ in sorted(recorder.latency):
+        lat = np.array(recorder.latency[name_])
+        p50, p95, p99 = np.percentile(lat, [50, 95, 99])
+        print(
+            f"| {name_} | {lat.size} | {recorder.items[name_] / elapsed:,.0f} | {p50:.1f} | "
+            f"{p95:.1f} | {p99:.1f} | {recorder.errors[name_]} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
