@@ -23,9 +23,15 @@ from service.storage.tokens import principal_for_digest
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _bearer_token() -> str:
+#: The cookie the review page's sign-in form sets (HttpOnly, Secure, SameSite=Strict).
+TOKEN_COOKIE = "calmon_token"
+
+
+def _bearer_token(allow_cookie: bool = False) -> str:
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
+    if not header and allow_cookie and request.cookies.get(TOKEN_COOKIE):
+        return request.cookies[TOKEN_COOKIE]
     if scheme.lower() != "bearer" or not token.strip():
         raise ApiError(
             401,
@@ -35,13 +41,19 @@ def _bearer_token() -> str:
     return token.strip()
 
 
-def authenticate() -> Principal:
-    """Resolve the request's bearer token to a principal, or raise 401."""
-    digest = token_digest(_bearer_token())
+def resolve_token(token: str) -> Principal | None:
+    """The principal a token stands for, if any (bootstrap admin or a stored, live token)."""
+    digest = token_digest(token)
     bootstrap = current_app.config["CALMON_SETTINGS"].admin_token
     if bootstrap and digests_match(digest, token_digest(bootstrap)):
         return Principal(BOOTSTRAP_ADMIN_NAME, Role.ADMIN)
-    principal = principal_for_digest(db_session(), digest)
+    return principal_for_digest(db_session(), digest)
+
+
+def authenticate(allow_cookie: bool = False) -> Principal:
+    """Resolve the request's bearer token (or, for read-only pages, the sign-in cookie) to a
+    principal, or raise 401."""
+    principal = resolve_token(_bearer_token(allow_cookie))
     if principal is None:
         raise ApiError(
             401,
@@ -51,13 +63,16 @@ def authenticate() -> Principal:
     return principal
 
 
-def requires(permission: Permission) -> Callable[[F], F]:
-    """Decorate a view so it runs only for a principal holding ``permission`` (else 401/403)."""
+def requires(permission: Permission, *, allow_cookie: bool = False) -> Callable[[F], F]:
+    """Decorate a view so it runs only for a principal holding ``permission`` (else 401/403).
+
+    ``allow_cookie`` also accepts the review page's sign-in cookie (read-only views only).
+    """
 
     def decorator(view: F) -> F:
         @wraps(view)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            principal = authenticate()
+            principal = authenticate(allow_cookie)
             if not principal.may(permission):
                 raise ApiError(
                     403,

@@ -486,6 +486,32 @@ PATHS: dict[str, Any] = {
             errors=(404, 422),
         )
     },
+    "/v1/models/{model}/reliability.svg": {
+        "get": _op(
+            "The reliability diagram (SVG) of a window and cohort, with bin counts",
+            {"200": _reply("SVG", {"type": "string"}, "image/svg+xml")},
+            params=[
+                _MODEL_PATH,
+                _param("window"),
+                _param("start", schema=_TIMESTAMP),
+                _param("end", schema=_TIMESTAMP),
+                _param("cohort"),
+            ],
+            errors=(404, 422),
+        )
+    },
+    "/v1/contracts/{contract_id}/reliability.svg": {
+        "get": _op(
+            "A contract's baseline reliability diagram (SVG)",
+            {"200": _reply("SVG", {"type": "string"}, "image/svg+xml")},
+            params=[
+                _CONTRACT_ID,
+                _param("split", schema={"type": "string", "enum": ["fit", "eval"]}),
+                _param("which", schema={"type": "string", "enum": ["calibrated", "uncalibrated"]}),
+            ],
+            errors=(404, 422),
+        )
+    },
     "/v1/models/{model}/cohorts": {
         "get": _op(
             "Cohort slices seen",

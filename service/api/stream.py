@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from service import ingestion, monitoring
@@ -55,7 +57,7 @@ def labels() -> Response:
     return jsonify(result.to_dict())
 
 
-def _window(now) -> Window:  # type: ignore[no-untyped-def]
+def _window(now: datetime) -> Window:
     name = request.args.get("window")
     start, end = timestamp_arg("start"), timestamp_arg("end")
     try:
@@ -70,17 +72,23 @@ def _window(now) -> Window:  # type: ignore[no-untyped-def]
         raise ValidationFailed("invalid window", [ErrorDetail(exc.field, str(exc))]) from None
 
 
-@bp.get("/models/<model>/calibration")
-@requires(Permission.READ)
-def calibration(model: str) -> Response:
-    """The reading of a window and cohort slice, with bins, baseline and drift."""
+def slice_and_window(now: datetime) -> tuple[str, Window]:
+    """The ``cohort`` and ``window`` (or ``start``/``end``) query parameters, validated."""
     check_known(("window", "start", "end", "cohort"))
-    now = utcnow()
     window = _window(now)
     try:
         slice_ = parse_slice_query(request.args.get("cohort"))
     except ValueError as exc:
         raise ValidationFailed("invalid cohort", [ErrorDetail("cohort", str(exc))]) from None
+    return slice_, window
+
+
+@bp.get("/models/<model>/calibration")
+@requires(Permission.READ)
+def calibration(model: str) -> Response:
+    """The reading of a window and cohort slice, with bins, baseline and drift."""
+    now = utcnow()
+    slice_, window = slice_and_window(now)
     return jsonify(monitoring.calibration_reading(db_session(), model, window, slice_, now))
 
 

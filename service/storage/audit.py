@@ -95,9 +95,12 @@ def list_events(
     until: datetime | None = None,
     after_seq: int | None = None,
     limit: int = 100,
+    newest_first: bool = False,
 ) -> list[AuditEvent]:
-    """Events in append order (oldest first), filtered; ``after_seq`` continues a page."""
-    query = select(AuditEventRecord).order_by(AuditEventRecord.seq).limit(limit)
+    """Events in append order (oldest first, or newest first), filtered; ``after_seq``
+    continues an oldest-first page."""
+    order = AuditEventRecord.seq.desc() if newest_first else AuditEventRecord.seq
+    query = select(AuditEventRecord).order_by(order).limit(limit)
     if model is not None:
         query = query.where(AuditEventRecord.model == model)
     if type is not None:
