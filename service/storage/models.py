@@ -195,6 +195,7 @@ class LabelRecord(Base):
 
     __tablename__ = "labels"
     __table_args__ = (
+        Index("ix_labels_model_ts", "model", "ts"),
         Index(
             "ix_labels_waiting",
             "model",

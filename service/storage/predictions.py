@@ -215,6 +215,10 @@ def record_labels(
     return joined, len(rows) - len(joined_rows), stored
 
 
+#: At most this many recent labels (or window predictions) are looked at for one sample.
+SAMPLE_SCAN = 100_000
+
+
 def labeled_sample(
     session: Session,
     model: str,
@@ -224,39 +228,71 @@ def labeled_sample(
     end: datetime,
     limit: int,
 ) -> list[tuple[bytes, int]]:
-    """The newest ``limit`` labeled predictions of a contract and slice in ``[start, end)``.
+    """Up to ``limit`` labeled predictions of a contract and slice in ``[start, end)``.
 
     ``slice_`` None means every prediction (the ``all`` slice). Returns ``(inputs, label)`` pairs.
-    Walks the predictions newest first through their (model, ts) index and probes each label by
-    primary key (fenced on PostgreSQL, so stale statistics cannot turn it into a full hash join).
+    First the most recently labeled: walk the model's newest labels (index on ``labels(model,
+    ts)``) and probe each prediction by primary key, so work stays bounded however far labels lag
+    behind predictions. When that finds fewer than ``limit`` (an old window), walk the window's
+    newest predictions and probe their labels instead. Each walk stops after ``SAMPLE_SCAN`` rows.
+    Probes are fenced with ``OFFSET 0`` on PostgreSQL so stale statistics cannot turn them into a
+    full hash join.
     """
-    where = ["p.model = :model", "p.contract_id = :contract", "p.ts >= :start", "p.ts < :end"]
+    postgres = session.get_bind().dialect.name == "postgresql"
     params: dict[str, Any] = {
         "model": model,
         "contract": contract_id,
         "start": start,
         "end": end,
         "limit": limit,
+        "scan": SAMPLE_SCAN,
     }
     if slice_ is not None:
-        where.append("p.slices LIKE :slice ESCAPE '!'")
         escaped = json.dumps(slice_).replace("!", "!!").replace("%", "!%").replace("_", "!_")
         params["slice"] = f"%{escaped}%"
-    if session.get_bind().dialect.name == "postgresql":
-        source = (
-            "predictions p CROSS JOIN LATERAL (SELECT label FROM labels"
-            " WHERE model = p.model AND id = p.id AND joined OFFSET 0) l"
+
+    def window_filter(alias: str = "") -> str:
+        parts = [f"{alias}contract_id = :contract", f"{alias}ts >= :start", f"{alias}ts < :end"]
+        if slice_ is not None:
+            parts.append(f"{alias}slices LIKE :slice ESCAPE '!'")
+        return " AND ".join(parts)
+
+    where = window_filter()
+    fence = " OFFSET 0" if postgres else ""
+    recent_labels = (
+        "SELECT id, label FROM labels WHERE model = :model AND joined ORDER BY ts DESC LIMIT :scan"
+    )
+    window_predictions = (
+        f"SELECT id, inputs FROM predictions WHERE model = :model AND {where}"
+        " ORDER BY ts DESC LIMIT :scan"
+    )
+    if postgres:
+        by_labels = (
+            f"SELECT p.inputs, l.label FROM ({recent_labels}) l CROSS JOIN LATERAL (SELECT inputs"
+            f" FROM predictions WHERE model = :model AND id = l.id AND {where}{fence}) p"
+            " LIMIT :limit"
+        )
+        by_predictions = (
+            f"SELECT p.inputs, l.label FROM ({window_predictions}) p CROSS JOIN LATERAL (SELECT"
+            f" label FROM labels WHERE model = :model AND id = p.id AND joined{fence}) l"
+            " LIMIT :limit"
         )
     else:
-        source = "predictions p JOIN labels l ON l.model = p.model AND l.id = p.id AND l.joined"
-    rows = session.execute(
-        text(
-            f"SELECT p.inputs, l.label FROM {source} WHERE {' AND '.join(where)}"
-            " ORDER BY p.ts DESC LIMIT :limit"
-        ).bindparams(bindparam("start", type_=_TS), bindparam("end", type_=_TS)),
-        params,
-    )
-    return [(bytes(row[0]), int(row[1])) for row in rows]
+        by_labels = (
+            f"SELECT p.inputs, l.label FROM ({recent_labels}) l JOIN predictions p"
+            f" ON p.model = :model AND p.id = l.id WHERE {window_filter('p.')} LIMIT :limit"
+        )
+        by_predictions = (
+            f"SELECT p.inputs, l.label FROM ({window_predictions}) p JOIN labels l"
+            " ON l.model = :model AND l.id = p.id AND l.joined LIMIT :limit"
+        )
+    binds = (bindparam("start", type_=_TS), bindparam("end", type_=_TS))
+    sample = session.execute(text(by_labels).bindparams(*binds), params).all()
+    if len(sample) < limit:
+        fallback = session.execute(text(by_predictions).bindparams(*binds), params).all()
+        if len(fallback) > len(sample):
+            sample = fallback
+    return [(bytes(row[0]), int(row[1])) for row in sample]
 
 
 def sweep_waiting_labels(session: Session, model: str) -> JoinedLabels:
