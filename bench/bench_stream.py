@@ -152,6 +152,32 @@ def prediction_batches(
         yield ids, json.dumps({"model": "bench", "predictions": items}).encode(), logits
 
 
+def synthetic_fit_body(model: str, n: int = 2000, seed: int = 1) -> bytes:
+    """A ``POST /v1/contracts/fit`` body for a K = 10 model on random logits."""
+    rng = np.random.default_rng(seed)
+    sets = {
+        name: {
+            "logits": np.round(rng.normal(size=(n, K)), 6).tolist(),
+            "labels": rng.integers(0, K, n).tolist(),
+        }
+        for name in ("fit", "eval")
+    }
+    return json.dumps(
+        {
+            "model": model,
+            "checkpoint": model,
+            "task": "multiclass",
+            "classes": [f"c{k}" for k in range(K)],
+            "population": "synthetic",
+            "outcome": "top-label correct",
+            "split": {"method": "random"},
+            "data_window": {"start": "2026-01-01T00:00:00Z", "end": "2026-02-01T00:00:00Z"},
+            "method": "temperature",
+            **sets,
+        }
+    ).encode()
+
+
 def ingest_ceiling(url: str, rows: int) -> float:
     """Rows/s of binary COPY into a staging table + INSERT ... ON CONFLICT DO NOTHING."""
     rng = np.random.default_rng(9)
@@ -252,35 +278,7 @@ def main() -> None:
     results: list[tuple[str, str, str, str]] = []
     try:
         conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=600)
-        rng = np.random.default_rng(1)
-        fit = {
-            "logits": np.round(rng.normal(size=(2000, K)), 6).tolist(),
-            "labels": rng.integers(0, K, 2000).tolist(),
-        }
-        held = {
-            "logits": np.round(rng.normal(size=(2000, K)), 6).tolist(),
-            "labels": rng.integers(0, K, 2000).tolist(),
-        }
-        status, raw = call(
-            conn,
-            "POST",
-            "/v1/contracts/fit",
-            json.dumps(
-                {
-                    "model": "bench",
-                    "checkpoint": "bench",
-                    "task": "multiclass",
-                    "classes": [f"c{k}" for k in range(K)],
-                    "population": "synthetic",
-                    "outcome": "top-label correct",
-                    "split": {"method": "random"},
-                    "data_window": {"start": "2026-01-01T00:00:00Z", "end": "2026-02-01T00:00:00Z"},
-                    "method": "temperature",
-                    "fit": fit,
-                    "eval": held,
-                }
-            ).encode(),
-        )
+        status, raw = call(conn, "POST", "/v1/contracts/fit", synthetic_fit_body("bench"))
         assert status == 201, raw
 
         base_ts = datetime.now(UTC) - timedelta(hours=22)

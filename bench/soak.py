@@ -28,7 +28,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_stream import PORT, TOKEN, drop_database, fresh_database, start_service
+from bench_stream import (
+    PORT,
+    TOKEN,
+    drop_database,
+    fresh_database,
+    start_service,
+    synthetic_fit_body,
+)
 
 K = 10
 BATCH = 2000
@@ -94,34 +101,7 @@ def main() -> None:
     fragments = [json.dumps(np.round(rng.normal(size=K) * 2, 4).tolist()) for _ in range(BATCH)]
     try:
         conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=120)
-        fit = {
-            "logits": rng.normal(size=(1000, K)).round(4).tolist(),
-            "labels": rng.integers(0, K, 1000).tolist(),
-        }
-        held = {
-            "logits": rng.normal(size=(1000, K)).round(4).tolist(),
-            "labels": rng.integers(0, K, 1000).tolist(),
-        }
-        status, raw = request(
-            conn,
-            "POST",
-            "/v1/contracts/fit",
-            json.dumps(
-                {
-                    "model": "soak",
-                    "checkpoint": "soak",
-                    "task": "multiclass",
-                    "classes": [f"c{k}" for k in range(K)],
-                    "population": "synthetic",
-                    "outcome": "top-label correct",
-                    "split": {"method": "random"},
-                    "data_window": {"start": "2026-01-01T00:00:00Z", "end": "2026-02-01T00:00:00Z"},
-                    "method": "temperature",
-                    "fit": fit,
-                    "eval": held,
-                }
-            ).encode(),
-        )
+        status, raw = request(conn, "POST", "/v1/contracts/fit", synthetic_fit_body("soak"))
         assert status == 201, raw
 
         def ingester(k: int) -> None:

@@ -28,7 +28,7 @@ from service.operations import utcnow
 from service.storage import audit
 from service.storage import buckets as bucket_store
 from service.storage import contracts as contracts_store
-from service.storage.database import Database
+from service.storage.database import Database, refresh_planner_statistics
 from service.storage.leases import try_acquire
 from service.storage.readings import (
     ReadingRow,
@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 
 STATUS_CODES = {"insufficient_data": -1, "ok": 0, "warn": 1, "alert": 2}
 REFRESHER = "refresher"
+#: How often the refresher refreshes the planner's statistics of the big tables.
+ANALYZE_EVERY = timedelta(minutes=5)
 
 
 @dataclass(frozen=True)
@@ -157,6 +159,7 @@ class Refresher:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="calmon-refresher", daemon=True)
         self.last_report: RefreshReport | None = None
+        self._analyzed_at: datetime | None = None
 
     def start(self) -> None:
         self._thread.start()
@@ -170,6 +173,11 @@ class Refresher:
         with self.db.session() as session:
             if not try_acquire(session, "refresh", self.holder, utcnow(), ttl):
                 return None
+        now = utcnow()
+        if self._analyzed_at is None or now - self._analyzed_at >= ANALYZE_EVERY:
+            with self.db.session() as session:
+                refresh_planner_statistics(session, ("predictions", "labels"))
+            self._analyzed_at = now
         self.last_report = refresh_all(self.db, self.settings)
         return self.last_report
 

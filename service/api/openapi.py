@@ -401,6 +401,12 @@ _CONTRACT_ID = _param("contract_id", "path")
 _MODEL_PATH = _param("model", "path")
 _LIMIT = _param("limit", schema={"type": "integer", "minimum": 1, "maximum": 500})
 _CURSOR = _param("cursor")
+_WINDOW_PARAMS = [
+    _param("window"),
+    _param("start", schema=_TIMESTAMP),
+    _param("end", schema=_TIMESTAMP),
+    _param("cohort"),
+]
 
 PATHS: dict[str, Any] = {
     "/v1/contracts": {
@@ -476,13 +482,7 @@ PATHS: dict[str, Any] = {
         "get": _op(
             "The reading of a window and cohort slice",
             {"200": _reply("reading, bins, baseline, drift", _ref("Calibration"))},
-            params=[
-                _MODEL_PATH,
-                _param("window"),
-                _param("start", schema=_TIMESTAMP),
-                _param("end", schema=_TIMESTAMP),
-                _param("cohort"),
-            ],
+            params=[_MODEL_PATH, *_WINDOW_PARAMS],
             errors=(404, 422),
         )
     },
@@ -490,13 +490,7 @@ PATHS: dict[str, Any] = {
         "get": _op(
             "The reliability diagram (SVG) of a window and cohort, with bin counts",
             {"200": _reply("SVG", {"type": "string"}, "image/svg+xml")},
-            params=[
-                _MODEL_PATH,
-                _param("window"),
-                _param("start", schema=_TIMESTAMP),
-                _param("end", schema=_TIMESTAMP),
-                _param("cohort"),
-            ],
+            params=[_MODEL_PATH, *_WINDOW_PARAMS],
             errors=(404, 422),
         )
     },

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -82,3 +82,17 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+def refresh_planner_statistics(session: Session, tables: tuple[str, ...]) -> None:
+    """ANALYZE the big tables on PostgreSQL (a no-op on SQLite).
+
+    The stream's queries rely on the planner knowing how large ``predictions`` and ``labels``
+    are; autovacuum normally keeps that current, but it can be switched off (it is on some test
+    machines), and a fresh table is never analyzed before its first autovacuum round.
+    """
+    if session.get_bind().dialect.name != "postgresql":
+        return
+    for table in tables:
+        session.execute(text(f"ANALYZE {table}"))
+    session.commit()
