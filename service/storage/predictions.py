@@ -231,12 +231,12 @@ def labeled_sample(
     """Up to ``limit`` labeled predictions of a contract and slice in ``[start, end)``.
 
     ``slice_`` None means every prediction (the ``all`` slice). Returns ``(inputs, label)`` pairs.
-    First the most recently labeled: walk the model's newest labels (index on ``labels(model,
-    ts)``) and probe each prediction by primary key, so work stays bounded however far labels lag
-    behind predictions. When that finds fewer than ``limit`` (an old window), walk the window's
-    newest predictions and probe their labels instead. Each walk stops after ``SAMPLE_SCAN`` rows.
-    Probes are fenced with ``OFFSET 0`` on PostgreSQL so stale statistics cannot turn them into a
-    full hash join.
+    First the window's newest predictions, walked through the (model, ts) index with each label
+    probed by primary key: cheap while most of them are labeled. When that walk (at most
+    ``4 * limit`` predictions) finds fewer than ``limit``, because labels lag behind, walk the
+    model's most recent labels instead (index on ``labels(model, ts)``, at most ``SAMPLE_SCAN``)
+    and probe their predictions; the larger sample wins. Probes are fenced with ``OFFSET 0`` on
+    PostgreSQL so stale statistics cannot turn them into a full hash join.
     """
     postgres = session.get_bind().dialect.name == "postgresql"
     params: dict[str, Any] = {
@@ -246,6 +246,7 @@ def labeled_sample(
         "end": end,
         "limit": limit,
         "scan": SAMPLE_SCAN,
+        "window_scan": 4 * limit,
     }
     if slice_ is not None:
         escaped = json.dumps(slice_).replace("!", "!!").replace("%", "!%").replace("_", "!_")
@@ -264,7 +265,7 @@ def labeled_sample(
     )
     window_predictions = (
         f"SELECT id, inputs FROM predictions WHERE model = :model AND {where}"
-        " ORDER BY ts DESC LIMIT :scan"
+        " ORDER BY ts DESC LIMIT :window_scan"
     )
     if postgres:
         by_labels = (
@@ -287,11 +288,11 @@ def labeled_sample(
             " ON l.model = :model AND l.id = p.id AND l.joined LIMIT :limit"
         )
     binds = (bindparam("start", type_=_TS), bindparam("end", type_=_TS))
-    sample = session.execute(text(by_labels).bindparams(*binds), params).all()
+    sample = session.execute(text(by_predictions).bindparams(*binds), params).all()
     if len(sample) < limit:
-        fallback = session.execute(text(by_predictions).bindparams(*binds), params).all()
-        if len(fallback) > len(sample):
-            sample = fallback
+        recent = session.execute(text(by_labels).bindparams(*binds), params).all()
+        if len(recent) > len(sample):
+            sample = recent
     return [(bytes(row[0]), int(row[1])) for row in sample]
 
 
