@@ -307,38 +307,30 @@ def test_cli_fit_registers_a_contract_from_csv_and_npz(
     )
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps(contract_fields("from-files")))
-    result = run_cli(
-        "fit",
-        "--url",
-        served.url,
-        "--token",
-        ADMIN_TOKEN,
-        "--spec",
-        str(spec),
-        "--fit",
-        str(tmp_path / "fit.csv"),
-        "--eval",
-        str(tmp_path / "eval.npz"),
-    )
+
+    def fit_cli(eval_path: Path) -> subprocess.CompletedProcess[str]:
+        return run_cli(
+            "fit",
+            "--url",
+            served.url,
+            "--token",
+            ADMIN_TOKEN,
+            "--spec",
+            str(spec),
+            "--fit",
+            str(tmp_path / "fit.csv"),
+            "--eval",
+            str(eval_path),
+        )
+
+    result = fit_cli(tmp_path / "eval.npz")
     assert result.returncode == 0, result.stderr
     registered = json.loads(result.stdout)
     expected = fit_temperature(np.array(fit_set["logits"]), np.array(fit_set["labels"]))
     assert registered["calibrator"]["temperature"] == pytest.approx(expected.temperature, rel=1e-9)
     status, stored = served.call("GET", f"/v1/contracts/{registered['id']}")
     assert status == 200 and stored["baseline"]["eval"]["calibrated"]["n"] == 400
-    same = run_cli(
-        "fit",
-        "--url",
-        served.url,
-        "--token",
-        ADMIN_TOKEN,
-        "--spec",
-        str(spec),
-        "--fit",
-        str(tmp_path / "fit.csv"),
-        "--eval",
-        str(tmp_path / "fit.csv"),
-    )
+    same = fit_cli(tmp_path / "fit.csv")
     assert same.returncode == 2
     assert "same fingerprint" in same.stderr
 
