@@ -7,6 +7,7 @@ from sqlalchemy import Connection
 
 from service.config import load_settings
 from service.storage.database import make_engine
+from service.storage.migrate import include_name
 from service.storage.models import Base
 
 config = context.config
@@ -24,6 +25,7 @@ def _configure(connection: Connection | None = None, url: str | None = None) -> 
         target_metadata=target_metadata,
         render_as_batch=True,
         compare_type=True,
+        include_name=include_name,
         literal_binds=connection is None,
     )
 

@@ -7,11 +7,13 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from datetime import date
 from pathlib import Path
 from typing import Any
 
 from service.auth import Role
 from service.config import load_settings
+from service.storage.partitions import AHEAD_DAYS
 
 
 def _migrate(_args: argparse.Namespace) -> int:
@@ -45,6 +47,36 @@ def _token_create(args: argparse.Namespace) -> int:
     return 0
 
 
+def _token_revoke(args: argparse.Namespace) -> int:
+    from service.operations import revoke_token
+    from service.storage.database import Database
+
+    db = Database(load_settings().database_url)
+    try:
+        with db.session() as session:
+            revoked = revoke_token(session, name=args.name, actor="cli")
+    finally:
+        db.dispose()
+    print(f"revoked {revoked.name} ({revoked.role})", file=sys.stderr)
+    return 0
+
+
+def _token_list(_args: argparse.Namespace) -> int:
+    from service.storage.database import Database
+    from service.storage.tokens import list_tokens
+
+    db = Database(load_settings().database_url)
+    try:
+        with db.session() as session:
+            tokens = list_tokens(session)
+    finally:
+        db.dispose()
+    for t in tokens:
+        state = f"revoked {t.revoked_at.isoformat()}" if t.revoked_at else "live"
+        print(f"{t.name}\t{t.role}\tcreated {t.created_at.isoformat()} by {t.created_by}\t{state}")
+    return 0
+
+
 def _refresh(args: argparse.Namespace) -> int:
     import time
 
@@ -68,6 +100,58 @@ def _refresh(args: argparse.Namespace) -> int:
             time.sleep(settings.refresh_seconds)
     finally:
         db.dispose()
+
+
+def _prune(args: argparse.Namespace) -> int:
+    from service.operations import utcnow
+    from service.retention import prune
+    from service.storage.database import Database
+    from service.windows import parse_duration
+
+    older_than = parse_duration(args.older_than, limit=None)
+    settings = load_settings()
+    db = Database(settings.database_url)
+    try:
+        with db.session() as session:
+            report = prune(
+                session, older_than=older_than, settings=settings, now=utcnow(), actor="cli"
+            )
+    finally:
+        db.dispose()
+    counts = report.counts
+    print(
+        f"pruned everything before {report.cutoff.isoformat()}: {counts.predictions} predictions"
+        f" ({counts.partitions_dropped} daily partitions dropped), {counts.labels} labels;"
+        " contracts, aggregates, readings and the audit log are kept"
+    )
+    return 0
+
+
+def _partitions(args: argparse.Namespace) -> int:
+    from service.operations import utcnow
+    from service.storage import partitions
+    from service.storage.database import Database
+
+    db = Database(load_settings().database_url)
+    try:
+        with db.session() as session:
+            connection = session.connection()
+            if not partitions.is_partitioned(connection):
+                print(f"predictions is one table on {connection.dialect.name}; nothing to do")
+                return 0
+            now = utcnow()
+            created = partitions.ensure_ahead(connection, now, args.ahead)
+            if args.since is not None:
+                created += partitions.ensure_partitions(connection, args.since, now.date())
+            session.commit()
+            listed = partitions.list_partitions(session.connection())
+    finally:
+        db.dispose()
+    for part in listed:
+        mark = "  (new)" if part in created else ""
+        print(f"{part.name}  [{part.start.isoformat()}, {part.end.isoformat()}){mark}")
+    print(f"{len(listed)} daily partitions, {len(created)} created", file=sys.stderr)
+    return 0
 
 
 def _token(args: argparse.Namespace) -> str:
@@ -159,6 +243,15 @@ def _fit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _demo(args: argparse.Namespace) -> int:
+    from service.demo import DemoOptions, run_demo
+
+    options = DemoOptions(
+        args.url, _token(args), args.model, args.hours, args.rate, args.seed, args.wait
+    )
+    return run_demo(options)
+
+
 class UsageError(Exception):
     """Bad command-line input: exit status 2."""
 
@@ -211,12 +304,65 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--method", choices=["temperature", "platt"], default="temperature")
     fit.set_defaults(handler=_fit)
 
+    demo = commands.add_parser(
+        "demo", help="stream a realistic scenario (one cohort drifts) into a running service"
+    )
+    demo.add_argument("--url", required=True, help="the calmon service, e.g. http://host:8000")
+    demo.add_argument("--token", help="an admin token (default: $CALMON_TOKEN)")
+    demo.add_argument("--model", default="demo", help="the model name to use (default: demo)")
+    demo.add_argument(
+        "--hours",
+        type=float,
+        default=12.0,
+        help="hours of event time ending now, 8-168 (default 12)",
+    )
+    demo.add_argument(
+        "--rate", type=float, default=1500.0, help="predictions per simulated hour (default 1500)"
+    )
+    demo.add_argument("--seed", type=int, default=7, help="the scenario's random seed")
+    demo.add_argument(
+        "--wait",
+        type=float,
+        default=90.0,
+        help="seconds to wait for the refreshed Prometheus gauges at the end (0: don't)",
+    )
+    demo.set_defaults(handler=_demo)
+
+    prune = commands.add_parser(
+        "prune",
+        help="delete predictions and labels older than a duration (to a UTC midnight); keeps"
+        " contracts, aggregates, readings and the audit log",
+    )
+    prune.add_argument(
+        "--older-than", required=True, help="e.g. 30d; at least the longest CALMON_WINDOWS"
+    )
+    prune.set_defaults(handler=_prune)
+
+    parts = commands.add_parser(
+        "partitions", help="create the daily partitions of predictions ahead and list them"
+    )
+    parts.add_argument(
+        "--ahead", type=int, default=AHEAD_DAYS, help="days after today to have partitions for"
+    )
+    parts.add_argument(
+        "--since",
+        type=date.fromisoformat,
+        help="also give each day from this date (YYYY-MM-DD) its own partition, moving a"
+        " backfill's rows out of predictions_default",
+    )
+    parts.set_defaults(handler=_partitions)
+
     token = commands.add_parser("token", help="manage API tokens")
     token_commands = token.add_subparsers(dest="token_command", required=True)
     create = token_commands.add_parser("create", help="create a token; prints it alone on stdout")
     create.add_argument("--role", required=True, choices=[r.value for r in Role])
     create.add_argument("--name", help="a unique name shown in audit records (default ROLE-token)")
     create.set_defaults(handler=_token_create)
+    revoke = token_commands.add_parser("revoke", help="revoke a token by name; it stops at once")
+    revoke.add_argument("--name", required=True)
+    revoke.set_defaults(handler=_token_revoke)
+    listing = token_commands.add_parser("list", help="list tokens (names and roles, never secrets)")
+    listing.set_defaults(handler=_token_list)
     return parser
 
 

@@ -26,6 +26,7 @@ from service.storage import cohorts as cohort_store
 from service.storage import contracts as contracts_store
 from service.storage import predictions as prediction_store
 from service.storage.buckets import BucketDelta, BucketKey, apply_deltas
+from service.storage.retention import retention_horizon
 
 MAX_BATCH_ITEMS = 100_000
 
@@ -167,6 +168,28 @@ def _dedupe_batch(batch: PredictionBatch, digests: list[bytes]) -> tuple[list[in
     return keep, repeats
 
 
+def _check_retention_horizon(session: Session, ts: Sequence[datetime]) -> None:
+    """Refuse predictions older than the last prune: their keys are gone, retries look new."""
+    horizon = retention_horizon(session)
+    if horizon is None:
+        return
+    stale = [i for i, t in enumerate(ts) if t < horizon]
+    if stale:
+        raise ValidationFailed(
+            f"{len(stale)} predictions are older than the retention horizon; nothing from this "
+            "batch was written",
+            [
+                ErrorDetail(
+                    f"predictions[{i}].ts",
+                    f"is before the retention horizon {horizon.isoformat()} (calmon prune): a"
+                    " prediction that old can no longer be told from a retried one",
+                    i,
+                )
+                for i in stale[:20]
+            ],
+        )
+
+
 def ingest_predictions(
     session: Session, body: Mapping[str, Any], settings: Settings, now: datetime
 ) -> PredictionsAccepted:
@@ -176,6 +199,7 @@ def ingest_predictions(
     contract = _binding_contract(session, envelope.model, envelope.contract_id, now)
     spec = contract.spec
     batch = parse_predictions(envelope.items, task=spec.task, n_classes=len(spec.classes))
+    _check_retention_horizon(session, batch.ts)
     row_bytes = _row_bytes(batch.inputs)
     cohort_of, distinct = _distinct_cohorts(batch.cohorts)
     cohort_json = [_canonical(c) for c in distinct]

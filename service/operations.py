@@ -15,9 +15,10 @@ from service.gate import GateRequest, evaluate_gate
 from service.storage import audit
 from service.storage import contracts as contracts_store
 from service.storage import gates as gates_store
+from service.storage import tokens as tokens_store
 from service.storage.contracts import claim_next_version, insert_contract
 from service.storage.gates import GateDecision
-from service.storage.tokens import insert_token, token_name_taken
+from service.storage.tokens import TokenInfo, insert_token, token_name_taken
 
 
 def utcnow() -> datetime:
@@ -42,6 +43,23 @@ def create_token(session: Session, *, role: Role, name: str, actor: str) -> str:
     )
     session.commit()
     return token
+
+
+def revoke_token(session: Session, *, name: str, actor: str) -> TokenInfo:
+    """Revoke the live token ``name`` (it stops working at once) and audit it."""
+    now = utcnow()
+    revoked = tokens_store.revoke_token(session, name, now)
+    if revoked is None:
+        raise NotFound(f"no live token named {name!r}")
+    audit.append_event(
+        session,
+        type="token_revoked",
+        actor=actor,
+        now=now,
+        details={"name": name, "role": revoked.role},
+    )
+    session.commit()
+    return revoked
 
 
 def register_contract(

@@ -25,7 +25,7 @@ from service.exporter.collector import render_readings
 from service.ingestion import sweep_waiting_labels
 from service.monitoring import calibration_reading
 from service.operations import utcnow
-from service.storage import audit
+from service.storage import audit, partitions
 from service.storage import buckets as bucket_store
 from service.storage import contracts as contracts_store
 from service.storage.database import Database, refresh_planner_statistics
@@ -43,8 +43,8 @@ log = logging.getLogger(__name__)
 
 STATUS_CODES = {"insufficient_data": -1, "ok": 0, "warn": 1, "alert": 2}
 REFRESHER = "refresher"
-#: How often the refresher refreshes the planner's statistics of the big tables.
-ANALYZE_EVERY = timedelta(minutes=5)
+#: How often the refresher creates the partitions ahead and refreshes the planner's statistics.
+MAINTAIN_EVERY = timedelta(minutes=5)
 
 
 @dataclass(frozen=True)
@@ -159,7 +159,7 @@ class Refresher:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="calmon-refresher", daemon=True)
         self.last_report: RefreshReport | None = None
-        self._analyzed_at: datetime | None = None
+        self._maintained_at: datetime | None = None
 
     def start(self) -> None:
         self._thread.start()
@@ -174,10 +174,14 @@ class Refresher:
             if not try_acquire(session, "refresh", self.holder, utcnow(), ttl):
                 return None
         now = utcnow()
-        if self._analyzed_at is None or now - self._analyzed_at >= ANALYZE_EVERY:
+        if self._maintained_at is None or now - self._maintained_at >= MAINTAIN_EVERY:
             with self.db.session() as session:
-                refresh_planner_statistics(session, ("predictions", "labels"))
-            self._analyzed_at = now
+                created = partitions.ensure_ahead(session.connection(), now)
+                session.commit()
+                if created:
+                    log.info("created partitions", extra={"partitions": [p.name for p in created]})
+                refresh_planner_statistics(session, ("predictions", "prediction_keys", "labels"))
+            self._maintained_at = now
         self.last_report = refresh_all(self.db, self.settings)
         return self.last_report
 

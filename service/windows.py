@@ -31,13 +31,13 @@ class WindowError(ValueError):
         self.field = field
 
 
-def parse_duration(text: str) -> timedelta:
-    """``<int>[smhd]`` (``90s``, ``15m``, ``24h``, ``7d``) as a timedelta of up to 400 days."""
+def parse_duration(text: str, limit: timedelta | None = MAX_WINDOW) -> timedelta:
+    """``<int>[smhd]`` (``90s``, ``15m``, ``24h``, ``7d``) as a timedelta of up to ``limit``."""
     match = _DURATION.match(text)
     if not match:
         raise WindowError("window", "expected <positive integer><s|m|h|d>, e.g. 1h, 24h, 7d")
     duration = timedelta(seconds=int(match.group(1)) * _UNIT_SECONDS[match.group(2)])
-    if duration > MAX_WINDOW:
+    if limit is not None and duration > limit:
         raise WindowError("window", "windows longer than 400 days are not kept")
     return duration
 

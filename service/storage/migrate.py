@@ -11,6 +11,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
 
+from service.storage.partitions import is_partition_table
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -22,6 +24,11 @@ def alembic_config(database_url: str | None = None) -> Config:
     if database_url:
         config.attributes["database_url"] = database_url
     return config
+
+
+def include_name(name: str | None, type_: str, _parents: object) -> bool:
+    """Alembic's filter: the daily partitions of ``predictions`` are not in the models."""
+    return not (type_ == "table" and name is not None and is_partition_table(name))
 
 
 def upgrade_to_head(database_url: str) -> None:

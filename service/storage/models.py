@@ -162,27 +162,64 @@ class GateDecisionRecord(Base):
     evidence_sha256: Mapped[str] = mapped_column(String(64))
 
 
-class PredictionRecord(Base):
-    """One prediction as received: raw model output, bound contract, and its label once known.
+class PredictionKey(Base):
+    """The idempotency key of a stored prediction: one row per (model, id), whatever its time.
 
-    Immutable once stored (labels live in ``labels``). ``inputs`` holds the raw logits (K float64,
-    little-endian) or the one binary score; ``digest`` is the SHA-256 of the content (ts, cohort,
-    inputs) that decides duplicate vs conflict on a retry; ``slices`` the JSON list of capped
-    slices it counts in.
+    Kept apart from ``predictions`` because that table is partitioned by event time on
+    PostgreSQL, and a unique key there must include the partition key: this table keeps an id
+    unique across every partition. ``ts`` locates the prediction's partition (a label probes
+    here first, then its partition by the full primary key); ``digest`` is the SHA-256 of the
+    content (ts, cohort, inputs) that decides duplicate vs conflict on a retry.
     """
 
-    __tablename__ = "predictions"
-    __table_args__ = (Index("ix_predictions_model_ts", "model", "ts"),)
+    __tablename__ = "prediction_keys"
+    __table_args__ = (Index("ix_prediction_keys_ts", "ts", postgresql_using="brin"),)
 
     model: Mapped[str] = mapped_column(String(200), primary_key=True)
     id: Mapped[str] = mapped_column(String(200), primary_key=True)
-    contract_id: Mapped[str] = mapped_column(String(36))
     ts: Mapped[datetime]
+    digest: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class PredictionRecord(Base):
+    """One prediction as received: raw model output and the contract it was bound to.
+
+    Immutable once stored (labels live in ``labels``). On PostgreSQL the table is partitioned by
+    range of ``ts``, one partition per UTC day plus a default partition (see
+    ``service.storage.partitions``); the primary key (model, ts, id) serves both the label probe
+    and the walk of a model's predictions by time. ``inputs`` holds the raw logits (K float64,
+    little-endian) or the one binary score; ``slices`` the JSON list of capped slices it counts
+    in.
+    """
+
+    __tablename__ = "predictions"
+    __table_args__ = ({"postgresql_partition_by": "RANGE (ts)"},)
+
+    model: Mapped[str] = mapped_column(String(200), primary_key=True)
+    ts: Mapped[datetime] = mapped_column(primary_key=True)
+    id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    contract_id: Mapped[str] = mapped_column(String(36))
     cohort: Mapped[dict[str, Any]]
     slices: Mapped[str] = mapped_column(Text)
     inputs: Mapped[bytes] = mapped_column(LargeBinary)
-    digest: Mapped[bytes] = mapped_column(LargeBinary)
     received_at: Mapped[datetime]
+
+
+class PruneRecord(Base):
+    """One run of ``calmon prune``: rows with event time before ``cutoff`` were removed.
+
+    The latest ``cutoff`` is the retention horizon: predictions older than it are refused,
+    since their idempotency keys are gone and a retry could not be told from a new prediction.
+    """
+
+    __tablename__ = "prunes"
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    cutoff: Mapped[datetime]
+    pruned_at: Mapped[datetime]
+    partitions_dropped: Mapped[int] = mapped_column(BigInteger)
+    predictions: Mapped[int] = mapped_column(BigInteger)
+    labels: Mapped[int] = mapped_column(BigInteger)
 
 
 class LabelRecord(Base):

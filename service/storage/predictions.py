@@ -59,6 +59,28 @@ class JoinedLabels:
     labels: np.ndarray
 
 
+#: SQLite: a prediction joined to its key (``k``) by the full primary key.
+_PAYLOAD_OF_KEY = "JOIN predictions p ON p.model = k.model AND p.ts = k.ts AND p.id = k.id"
+
+
+def _prediction_by_id(
+    id_sql: str, columns: str, key_filter: str = "", payload_filter: str = ""
+) -> str:
+    """PostgreSQL: a subquery for the prediction of ``:model`` whose id is ``id_sql``.
+
+    The key is probed first; its event time then reaches the partitioned table as a run-time
+    parameter, so exactly one daily partition is probed, by its full primary key. Both probes
+    are fenced (``OFFSET 0``) so the planner cannot flatten them into a scan of every partition.
+    ``key_filter`` and ``payload_filter`` are extra conditions (starting with AND) on the key and on
+    the prediction; ``columns`` are prediction columns, unqualified.
+    """
+    return (
+        f"SELECT p.* FROM (SELECT ts FROM prediction_keys WHERE model = :model AND id = {id_sql}"
+        f"{key_filter} OFFSET 0) k CROSS JOIN LATERAL (SELECT {columns} FROM predictions"
+        f" WHERE model = :model AND ts = k.ts AND id = {id_sql}{payload_filter} OFFSET 0) p"
+    )
+
+
 def _epoch(session: Session, column: str) -> str:
     """SQL for a timestamp column as whole seconds since the epoch (floor), per dialect."""
     if session.get_bind().dialect.name == "postgresql":
@@ -75,28 +97,40 @@ def insert_predictions(
     (the caller rolls back). Ids stored with the same content are neither: duplicates.
     """
     staging.load(session, "stage_predictions", rows)
-    inserted = set(
-        session.execute(
-            text(
-                "INSERT INTO predictions (model, id, contract_id, ts, cohort, slices, inputs,"
-                " digest, received_at) SELECT :model, id, :contract_id, ts,"
-                f" {_json_cast(session, 'cohort')}, slices,"
-                f" inputs, digest, :now FROM stage_predictions {_on_conflict_select(session)}"
-                " ON CONFLICT (model, id) DO NOTHING RETURNING id"
-            ).bindparams(bindparam("now", type_=_TS)),
-            {"model": model, "contract_id": contract_id, "now": now},
-        )
-        .scalars()
-        .all()
+    params = {"model": model, "contract_id": contract_id, "now": now}
+    new_keys = (
+        "INSERT INTO prediction_keys (model, id, ts, digest) SELECT :model, id, ts, digest"
+        f" FROM stage_predictions {_on_conflict_select(session)}"
+        " ON CONFLICT (model, id) DO NOTHING RETURNING id"
     )
+    payload = (
+        "INSERT INTO predictions (model, ts, id, contract_id, cohort, slices, inputs, received_at)"
+        f" SELECT :model, s.ts, s.id, :contract_id, {_json_cast(session, 's.cohort')}, s.slices,"
+        " s.inputs, :now FROM stage_predictions s"
+    )
+    bind_now = bindparam("now", type_=_TS)
+    if session.get_bind().dialect.name == "postgresql":
+        statement = f"WITH k AS ({new_keys}) {payload} JOIN k ON k.id = s.id RETURNING id"
+        inserted = set(session.execute(text(statement).bindparams(bind_now), params).scalars())
+    else:
+        inserted = set(session.execute(text(new_keys), params).scalars())
+        if inserted:
+            session.execute(
+                text(
+                    f"{payload} WHERE EXISTS (SELECT 1 FROM prediction_keys k WHERE"
+                    " k.model = :model AND k.id = s.id AND k.digest = s.digest)"
+                    " ON CONFLICT (model, ts, id) DO NOTHING"
+                ).bindparams(bind_now),
+                params,
+            )
     conflicts: list[str] = []
     if len(inserted) < len(rows):
         conflicts = list(
             session.scalars(
                 text(
                     "SELECT s.id FROM stage_predictions s WHERE EXISTS (SELECT 1 FROM"
-                    " predictions p WHERE p.model = :model AND p.id = s.id"
-                    f" AND p.digest <> s.digest{_fence(session)}) ORDER BY s.id LIMIT 20"
+                    " prediction_keys k WHERE k.model = :model AND k.id = s.id"
+                    f" AND k.digest <> s.digest{_fence(session)}) ORDER BY s.id LIMIT 20"
                 ),
                 {"model": model},
             )
@@ -137,7 +171,7 @@ def record_labels(
     the last covers ids that had a label already (duplicates or conflicts, never overwritten).
     """
     staging.load(session, "stage_labels", labels)
-    exists = "EXISTS (SELECT 1 FROM predictions p WHERE p.model = :model AND p.id = s.id)"
+    exists = "EXISTS (SELECT 1 FROM prediction_keys k WHERE k.model = :model AND k.id = s.id)"
     insert = (  # SQLite only: its planner always probes the primary key
         "INSERT INTO labels (model, id, label, ts, received_at, joined)"
         f" SELECT CAST(:model AS VARCHAR), s.id, s.label, s.ts, :now, {exists}"
@@ -154,9 +188,9 @@ def record_labels(
             for r in session.execute(
                 text(
                     "WITH found AS (SELECT s.id, s.label, s.ts, p.contract_id, p.ts AS pts,"
-                    " p.slices, p.inputs FROM stage_labels s LEFT JOIN LATERAL (SELECT"
-                    " contract_id, ts, slices, inputs FROM predictions"
-                    f" WHERE model = :model AND id = s.id{_fence(session)}) p ON true),"
+                    " p.slices, p.inputs FROM stage_labels s LEFT JOIN LATERAL"
+                    f" ({_prediction_by_id('s.id', 'contract_id, ts, slices, inputs')}) p"
+                    " ON true),"
                     " ins AS (INSERT INTO labels (model, id, label, ts, received_at, joined)"
                     " SELECT :model, id, label, ts, :now, contract_id IS NOT NULL FROM found"
                     " ON CONFLICT (model, id) DO NOTHING RETURNING id)"
@@ -177,7 +211,7 @@ def record_labels(
             for row in session.execute(
                 text(
                     f"SELECT s.id, {_epoch(session, 's.ts')}, {columns} FROM stage_labels s"
-                    " JOIN predictions p ON p.model = :model AND p.id = s.id"
+                    f" JOIN prediction_keys k ON k.model = :model AND k.id = s.id {_PAYLOAD_OF_KEY}"
                 ),
                 {"model": model},
             )
@@ -259,6 +293,7 @@ def labeled_sample(
         return " AND ".join(parts)
 
     where = window_filter()
+    window = " AND ts >= :start AND ts < :end"
     fence = " OFFSET 0" if postgres else ""
     recent_labels = (
         "SELECT id, label FROM labels WHERE model = :model AND joined ORDER BY ts DESC LIMIT :scan"
@@ -269,8 +304,8 @@ def labeled_sample(
     )
     if postgres:
         by_labels = (
-            f"SELECT p.inputs, l.label FROM ({recent_labels}) l CROSS JOIN LATERAL (SELECT inputs"
-            f" FROM predictions WHERE model = :model AND id = l.id AND {where}{fence}) p"
+            f"SELECT p.inputs, l.label FROM ({recent_labels}) l CROSS JOIN LATERAL"
+            f" ({_prediction_by_id('l.id', 'inputs', window, f' AND {where}')}) p"
             " LIMIT :limit"
         )
         by_predictions = (
@@ -280,8 +315,9 @@ def labeled_sample(
         )
     else:
         by_labels = (
-            f"SELECT p.inputs, l.label FROM ({recent_labels}) l JOIN predictions p"
-            f" ON p.model = :model AND p.id = l.id WHERE {window_filter('p.')} LIMIT :limit"
+            f"SELECT p.inputs, l.label FROM ({recent_labels}) l JOIN prediction_keys k"
+            f" ON k.model = :model AND k.id = l.id {_PAYLOAD_OF_KEY}"
+            f" WHERE {window_filter('p.')} LIMIT :limit"
         )
         by_predictions = (
             f"SELECT p.inputs, l.label FROM ({window_predictions}) p JOIN labels l"
@@ -303,15 +339,22 @@ def sweep_waiting_labels(session: Session, model: str) -> JoinedLabels:
     left waiting with its prediction present; the refresher runs this for every model. Reads the
     waiting labels through their partial index, so it costs little while few labels wait.
     """
-    lock = " FOR UPDATE OF l" if session.get_bind().dialect.name == "postgresql" else ""
+    if session.get_bind().dialect.name == "postgresql":
+        found = (
+            f"CROSS JOIN LATERAL ({_prediction_by_id('l.id', 'contract_id, ts, slices, inputs')})"
+            " p WHERE l.model = :model AND NOT l.joined FOR UPDATE OF l"
+        )
+    else:
+        found = (
+            f"JOIN prediction_keys k ON k.model = l.model AND k.id = l.id {_PAYLOAD_OF_KEY}"
+            " WHERE l.model = :model AND NOT l.joined"
+        )
     rows = [
         tuple(r)
         for r in session.execute(
             text(
                 f"SELECT l.id, l.label, {_epoch(session, 'l.ts')}, p.contract_id,"
-                f" {_epoch(session, 'p.ts')}, p.slices, p.inputs FROM labels l"
-                " JOIN predictions p ON p.model = l.model AND p.id = l.id"
-                f" WHERE l.model = :model AND NOT l.joined{lock}"
+                f" {_epoch(session, 'p.ts')}, p.slices, p.inputs FROM labels l {found}"
             ),
             {"model": model},
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import select
@@ -31,6 +32,35 @@ def principal_for_digest(session: Session, digest: str) -> Principal | None:
         )
     ).first()
     return None if row is None else Principal(name=row.name, role=Role(row.role))
+
+
+@dataclass(frozen=True)
+class TokenInfo:
+    """What may be shown about a token: never the token nor its digest."""
+
+    name: str
+    role: str
+    created_at: datetime
+    created_by: str
+    revoked_at: datetime | None
+
+
+def list_tokens(session: Session) -> list[TokenInfo]:
+    """Every token ever created, oldest first."""
+    rows = session.scalars(select(ApiToken).order_by(ApiToken.id))
+    return [TokenInfo(r.name, r.role, r.created_at, r.created_by, r.revoked_at) for r in rows]
+
+
+def revoke_token(session: Session, name: str, now: datetime) -> TokenInfo | None:
+    """Mark the live token ``name`` revoked; None if there is no such live token."""
+    row = session.scalar(
+        select(ApiToken).where(ApiToken.name == name, ApiToken.revoked_at.is_(None))
+    )
+    if row is None:
+        return None
+    row.revoked_at = now
+    session.flush()
+    return TokenInfo(row.name, row.role, row.created_at, row.created_by, row.revoked_at)
 
 
 def token_name_taken(session: Session, name: str) -> bool:

@@ -60,6 +60,15 @@ def empty_database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str
         yield f"sqlite:///{tmp_path_factory.mktemp('db') / 'calmon.db'}"
 
 
+@pytest.fixture
+def fresh_empty_url(tmp_path: Path) -> Iterator[str]:
+    """A database of this test's own with nothing in it (for migrations run step by step)."""
+    if BACKEND == "postgresql":
+        yield from _postgres_database(os.environ["CALMON_TEST_DATABASE_URL"])
+    else:
+        yield f"sqlite:///{tmp_path / 'fresh.db'}"
+
+
 @pytest.fixture(scope="session")
 def database_url(empty_database_url: str) -> str:
     """The test database, migrated to head once per session."""

@@ -6,6 +6,7 @@ import hashlib
 import subprocess
 import sys
 
+import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import select
@@ -182,3 +183,46 @@ def test_cli_rejects_an_unknown_role() -> None:
     )
     assert result.returncode == 2
     assert result.stdout == ""
+
+
+def test_token_rotation_through_the_cli(
+    client: FlaskClient,
+    database_url: str,
+    db: Database,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from service.cli import main
+    from service.storage.audit import list_events
+
+    monkeypatch.setenv("CALMON_DATABASE_URL", database_url)
+    assert main(["token", "create", "--role", "reader", "--name", "reader-2026-11"]) == 0
+    old = capsys.readouterr().out.strip()
+    assert main(["token", "create", "--role", "reader", "--name", "reader-2026-12"]) == 0
+    new = capsys.readouterr().out.strip()
+    for token in (old, new):
+        assert (
+            client.get("/v1/contracts", headers={"Authorization": f"Bearer {token}"}).status_code
+            == 200
+        )
+
+    assert main(["token", "revoke", "--name", "reader-2026-11"]) == 0
+    capsys.readouterr()
+    assert (
+        client.get("/v1/contracts", headers={"Authorization": f"Bearer {old}"}).status_code == 401
+    )
+    assert (
+        client.get("/v1/contracts", headers={"Authorization": f"Bearer {new}"}).status_code == 200
+    )
+
+    assert main(["token", "list"]) == 0
+    listing = capsys.readouterr().out
+    assert old not in listing and new not in listing
+    lines = {line.split("\t")[0]: line for line in listing.splitlines()}
+    assert "revoked" in lines["reader-2026-11"] and lines["reader-2026-12"].endswith("live")
+
+    assert main(["token", "revoke", "--name", "reader-2026-11"]) == 2
+    assert "no live token" in capsys.readouterr().err
+    with db.session() as session:
+        revoked = list_events(session, type="token_revoked")
+    assert [e.details["name"] for e in revoked] == ["reader-2026-11"]

@@ -6,7 +6,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
 from service.storage.database import make_engine
-from service.storage.migrate import current_revisions, head_revisions
+from service.storage.migrate import current_revisions, head_revisions, include_name
 from service.storage.models import Base
 
 
@@ -26,7 +26,9 @@ def test_models_and_migrations_agree(database_url: str) -> None:
     engine = make_engine(database_url)
     try:
         with engine.connect() as connection:
-            context = MigrationContext.configure(connection, opts={"compare_type": True})
+            context = MigrationContext.configure(
+                connection, opts={"compare_type": True, "include_name": include_name}
+            )
             diff = compare_metadata(context, Base.metadata)
     finally:
         engine.dispose()
