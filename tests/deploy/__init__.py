@@ -1,4 +1,4 @@
-"""Checks of the deployment material in ``deploy/``: Prometheus rules and the Grafana dashboard.
+"""Checks of the deployment material: ``deploy/``, the Dockerfile and docker-compose.yml.
 
 Shared here: the metric names of DESIGN.md §4 that rules and dashboard may use, the regex that
 finds metric names in PromQL (and in annotation text), and a ``promtool`` runner.

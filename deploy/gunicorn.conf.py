@@ -1,0 +1,22 @@
+"""gunicorn configuration for calmon, for running gunicorn directly instead of ``calmon serve``:
+
+    gunicorn -c deploy/gunicorn.conf.py 'service:create_app()'
+
+The settings are the ones ``calmon serve`` uses (``service.server.gunicorn_settings``: gthread
+workers, 30 s graceful shutdown on SIGTERM, the Prometheus multiprocess directory wiped and
+prepared in ``on_starting``, dead workers marked in ``child_exit``), read from the environment:
+
+    CALMON_BIND               host:port to listen on (default 127.0.0.1:8000; the image sets
+                              0.0.0.0:8000)
+    WEB_CONCURRENCY           worker processes (default 2)
+    CALMON_THREADS            threads per worker (default 4; 1 selects sync workers)
+    PROMETHEUS_MULTIPROC_DIR  the workers' metric files (default: a fresh temporary directory)
+
+Command-line options given to gunicorn after ``-c`` still override these.
+"""
+
+from service.server import gunicorn_settings_from_env
+
+# gunicorn reads this file's module-level names that match its settings (bind, workers,
+# worker_class, threads, graceful_timeout, timeout, accesslog, on_starting, child_exit).
+globals().update(gunicorn_settings_from_env())

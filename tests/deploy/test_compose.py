@@ -1,0 +1,247 @@
+"""docker-compose.yml: valid against the Compose Specification, and consistent with the code.
+
+No Docker engine runs in CI, so nothing is started: the file is validated with the Compose
+Specification's JSON schema (the copy ``check-jsonschema`` ships as ``vendor.compose-spec``),
+then checked against what it deploys: the ``calmon`` commands parse with the CLI's parser, the
+``CALMON_*`` variables are settings and their values parse, Prometheus scrapes the port calmon
+serves on, the database URL names the PostgreSQL service, and every mounted path exists.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+from flask import Flask
+
+from service.config import load_settings
+from tests.deploy import DEPLOY, ROOT
+from tests.deploy.conftest import SETTINGS_ENV, parse_calmon, repo_path, subcommand
+
+COMPOSE = ROOT / "docker-compose.yml"
+PROMETHEUS_CONFIG = DEPLOY / "prometheus" / "prometheus.yml"
+GRAFANA_DATASOURCE = DEPLOY / "grafana" / "provisioning" / "datasources" / "prometheus.yml"
+
+INTERPOLATION = re.compile(r"\$\{([A-Z0-9_]+)(?::?[-?][^}]*)?\}")
+
+
+def compose_spec_errors(path: Path) -> list[dict[str, Any]]:
+    """Validate ``path`` with check-jsonschema's vendored Compose Specification schema."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "check_jsonschema",
+            "--builtin-schema",
+            "vendor.compose-spec",
+            "--output-format",
+            "JSON",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    report = json.loads(result.stdout)
+    assert (result.returncode == 0) == (report["status"] == "ok"), result.stderr
+    errors: list[dict[str, Any]] = report.get("errors", []) + report.get("parse_errors", [])
+    return errors
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    document: dict[str, Any] = yaml.safe_load(COMPOSE.read_text())
+    return document
+
+
+@pytest.fixture(scope="module")
+def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return compose["services"]
+
+
+def calmon_services(services: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The services that run this repository's image (built from its Dockerfile)."""
+    return {name: s for name, s in services.items() if s.get("build") in (".", "./")}
+
+
+def environment(service: dict[str, Any]) -> dict[str, str]:
+    env = service.get("environment", {})
+    if isinstance(env, list):  # the KEY=VALUE list form
+        env = dict(item.split("=", 1) for item in env)
+    return {key: str(value) for key, value in env.items()}
+
+
+def substituted(value: str) -> str:
+    """``value`` with ``${VAR...}`` interpolations replaced by a plausible string."""
+    return INTERPOLATION.sub("interpolated", value)
+
+
+def test_compose_file_matches_the_compose_specification() -> None:
+    errors = compose_spec_errors(COMPOSE)
+    assert not errors, json.dumps(errors, indent=2)
+
+
+@pytest.mark.parametrize(
+    ("broken", "replacement", "where"),
+    [
+        # An unknown key (a typo of `command`).
+        (
+            '    command: ["calmon", "migrate"]',
+            '    comand: ["calmon", "migrate"]',
+            "$.services.migrate",
+        ),
+        # A depends_on condition the specification does not define.
+        (
+            "condition: service_completed_successfully",
+            "condition: service_completed",
+            "$.services.calmon.depends_on",
+        ),
+        # A port mapping that is neither a string nor a port object.
+        ('      - "127.0.0.1:8000:8000"', "      - [8000]", "$.services.calmon.ports[0]"),
+    ],
+)
+def test_the_schema_check_rejects_a_broken_compose_file(
+    tmp_path: Path, broken: str, replacement: str, where: str
+) -> None:
+    text = COMPOSE.read_text()
+    assert broken in text
+    path = tmp_path / "docker-compose.yml"
+    path.write_text(text.replace(broken, replacement, 1))
+    assert where in {error["path"] for error in compose_spec_errors(path)}
+
+
+def test_calmon_commands_are_real_subcommands(services: dict[str, dict[str, Any]]) -> None:
+    ran = {
+        name: subcommand(parse_calmon(s["command"]))
+        for name, s in services.items()
+        if name in calmon_services(services)
+    }
+    assert ran == {"migrate": "migrate", "calmon": "serve"}
+
+
+def test_migrations_run_before_the_service(services: dict[str, dict[str, Any]]) -> None:
+    assert "healthcheck" in services["postgres"]
+    assert services["migrate"]["depends_on"]["postgres"] == {"condition": "service_healthy"}
+    assert services["calmon"]["depends_on"]["migrate"] == {
+        "condition": "service_completed_successfully"
+    }
+    assert services["calmon"]["depends_on"]["postgres"] == {"condition": "service_healthy"}
+    # A one-shot: restarting it after success would keep `calmon` waiting forever.
+    assert services["migrate"].get("restart", "no") == "no"
+    # Both run the same build, so the migrations applied are the ones the service expects.
+    assert services["migrate"]["build"] == services["calmon"]["build"]
+    assert services["migrate"]["image"] == services["calmon"]["image"]
+
+
+def test_calmon_environment_is_settings_that_parse(services: dict[str, dict[str, Any]]) -> None:
+    for name, service in calmon_services(services).items():
+        env = environment(service)
+        calmon_vars = {key for key in env if key.startswith("CALMON_")}
+        assert calmon_vars, name
+        unknown = calmon_vars - SETTINGS_ENV
+        assert not unknown, f"{name}: {sorted(unknown)} are not settings in service/config.py"
+        # The values are valid too (load_settings raises naming the variable otherwise).
+        load_settings(environ={key: substituted(env[key]) for key in calmon_vars})
+
+
+def test_database_url_names_the_postgres_service(services: dict[str, dict[str, Any]]) -> None:
+    postgres = environment(services["postgres"])
+    for name, service in calmon_services(services).items():
+        url = urlsplit(environment(service)["CALMON_DATABASE_URL"])
+        assert url.scheme == "postgresql", name
+        assert url.hostname == "postgres" and url.hostname in services, name
+        assert url.port == 5432, name
+        assert url.username == postgres["POSTGRES_USER"], name
+        assert url.password == postgres["POSTGRES_PASSWORD"], name
+        assert url.path == f"/{postgres['POSTGRES_DB']}", name
+
+
+def test_prometheus_scrapes_the_port_calmon_serves_on(
+    services: dict[str, dict[str, Any]], calmon_app: Flask
+) -> None:
+    config = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
+    (job,) = [j for j in config["scrape_configs"] if j["job_name"] == "calmon"]
+    targets = [t for static in job["static_configs"] for t in static["targets"]]
+    assert targets
+    serve = parse_calmon(services["calmon"]["command"])
+    for target in targets:
+        host, port = target.rsplit(":", 1)
+        assert host in services, f"{target}: no compose service {host!r}"
+        assert host == "calmon"
+        assert int(port) == serve.port, f"{target}: calmon serves on {serve.port}"
+    assert serve.host == "0.0.0.0"  # reachable from the prometheus container
+    # /metrics answers without a token, so the scrape config carries no credentials.
+    path = job.get("metrics_path", "/metrics")
+    assert calmon_app.test_client().get(path).status_code == 200
+    assert not {"authorization", "bearer_token", "bearer_token_file", "basic_auth"} & set(job)
+    published = [p.rsplit(":", 1)[-1] for p in services["calmon"]["ports"]]
+    assert str(serve.port) in published
+
+
+def test_grafana_datasource_points_at_the_prometheus_service(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    (datasource,) = yaml.safe_load(GRAFANA_DATASOURCE.read_text())["datasources"]
+    url = urlsplit(datasource["url"])
+    assert url.hostname in services and services[url.hostname]["image"].startswith(
+        "prom/prometheus:"
+    )
+    assert f"{url.port}:{url.port}" in " ".join(services[url.hostname]["ports"])
+
+
+def mounts(service: dict[str, Any]) -> list[tuple[Path, str]]:
+    """(repository path, container path) of the service's bind mounts of repository files."""
+    out = []
+    for volume in service.get("volumes", []):
+        source, target = volume.split(":")[:2]
+        if source.startswith("."):
+            out.append((repo_path(source), target))
+    return out
+
+
+def host_path(service: dict[str, Any], container_path: str) -> Path | None:
+    """The repository file a container path of ``service`` is mounted from, if any."""
+    for source, target in mounts(service):
+        if container_path == target or container_path.startswith(target.rstrip("/") + "/"):
+            return source / container_path[len(target) :].lstrip("/")
+    return None
+
+
+def test_mounted_paths_exist(services: dict[str, dict[str, Any]]) -> None:
+    seen = 0
+    for name, service in services.items():
+        for source, _ in mounts(service):
+            assert source.exists(), f"{name} mounts {source.relative_to(ROOT)}, which is missing"
+            seen += 1
+    assert seen >= 3
+
+
+def test_prometheus_loads_the_repository_config_and_rules(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    prometheus = services["prometheus"]
+    (flag,) = [arg for arg in prometheus["command"] if arg.startswith("--config.file=")]
+    config = host_path(prometheus, flag.split("=", 1)[1])
+    assert config == PROMETHEUS_CONFIG.resolve()
+    rule_globs = yaml.safe_load(config.read_text())["rule_files"]
+    assert any(list(config.parent.glob(pattern)) for pattern in rule_globs)
+
+
+def test_grafana_mounts_the_provisioning_and_the_dashboard_where_the_provider_looks(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    grafana = services["grafana"]
+    provisioning = host_path(grafana, "/etc/grafana/provisioning")
+    assert provisioning == (DEPLOY / "grafana" / "provisioning").resolve()
+    provider = yaml.safe_load((provisioning / "dashboards" / "calmon.yml").read_text())
+    (options,) = [p["options"] for p in provider["providers"]]
+    dashboard = host_path(grafana, f"{options['path']}/calmon-dashboard.json")
+    assert dashboard == (DEPLOY / "grafana" / "calmon-dashboard.json").resolve()
