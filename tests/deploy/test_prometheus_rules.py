@@ -1,7 +1,7 @@
 """The Prometheus scrape config, alert rules and their promtool unit tests in deploy/prometheus.
 
-promtool parses and evaluates the YAML; the checks here that read the files as text (metric
-names, which alerts are tested) avoid a YAML dependency the project does not otherwise need.
+promtool parses and evaluates the YAML; the checks here read the files as text (metric names,
+which alerts are tested), so they hold for any valid spelling of the same YAML.
 """
 
 from __future__ import annotations
