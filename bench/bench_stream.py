@@ -207,7 +207,6 @@ def ingest_ceiling(url: str, rows: int, *, keyed: bool) -> float:
         setup = (
             "CREATE TABLE ceiling_keys (LIKE prediction_keys INCLUDING ALL)",
             "CREATE TABLE ceiling_predictions (LIKE predictions INCLUDING ALL)",
-            "ALTER TABLE ceiling_predictions ADD PRIMARY KEY (model, ts, id)",
         )
         insert = (
             "WITH k AS (INSERT INTO ceiling_keys (model, id, ts, digest) SELECT 'm', id, ts,"
@@ -217,8 +216,9 @@ def ingest_ceiling(url: str, rows: int, *, keyed: bool) -> float:
         teardown = "DROP TABLE ceiling_keys, ceiling_predictions"
     else:
         setup = (
-            "CREATE TABLE ceiling_predictions (LIKE predictions INCLUDING ALL, digest bytea)",
-            "ALTER TABLE ceiling_predictions ADD PRIMARY KEY (model, id)",
+            "CREATE TABLE ceiling_predictions (LIKE predictions INCLUDING DEFAULTS, digest bytea,"
+            " PRIMARY KEY (model, id))",
+            "CREATE INDEX ON ceiling_predictions (model, ts)",
         )
         insert = (
             "INSERT INTO ceiling_predictions (model, id, contract_id, ts, cohort, slices, inputs,"

@@ -65,8 +65,9 @@ def test_runs_as_a_numeric_non_root_user(instructions: tuple[dockerfile.Command,
     assert f"--uid {user}" in created
     for path in sorted(KUBERNETES.glob("*.yaml")):
         for document in load_documents(path):
-            if document["kind"] in ("Deployment", "Job"):
-                context = document["spec"]["template"]["spec"]["securityContext"]
+            if document["kind"] in ("Deployment", "Job", "CronJob"):
+                job = document["spec"].get("jobTemplate", document)
+                context = job["spec"]["template"]["spec"]["securityContext"]
                 assert context["runAsUser"] == int(user), path.name
                 assert context["runAsNonRoot"] is True, path.name
 

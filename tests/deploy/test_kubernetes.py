@@ -54,8 +54,13 @@ def find(kind: str, name: str) -> Manifest:
     return found[0]
 
 
+def pod_template(workload: Manifest) -> Manifest:
+    job = workload["spec"]["jobTemplate"] if workload["kind"] == "CronJob" else workload
+    return job["spec"]["template"]
+
+
 def pod_spec(workload: Manifest) -> Manifest:
-    return workload["spec"]["template"]["spec"]
+    return pod_template(workload)["spec"]
 
 
 def containers(workload: Manifest) -> list[Manifest]:
@@ -63,7 +68,7 @@ def containers(workload: Manifest) -> list[Manifest]:
 
 
 def workloads() -> list[Manifest]:
-    return [d for _, d in all_documents() if d["kind"] in ("Deployment", "Job")]
+    return [d for _, d in all_documents() if d["kind"] in ("Deployment", "Job", "CronJob")]
 
 
 def api() -> Manifest:
@@ -96,6 +101,7 @@ def test_every_kind_is_checked() -> None:
         "Service",
         "HorizontalPodAutoscaler",
         "Job",
+        "CronJob",
         "ServiceMonitor",
         "PrometheusRule",
     } <= kinds
@@ -219,6 +225,7 @@ def test_container_commands_are_calmon_subcommands() -> None:
         "calmon": ("serve", None),
         "calmon-refresher": ("refresh", True),
         "calmon-migrate": ("migrate", None),
+        "calmon-prune": ("prune", None),
     }
 
 
@@ -316,8 +323,8 @@ def test_service_routes_to_the_api_pods_only() -> None:
     service, deployment = find("Service", "calmon"), api()
     selector = service["spec"]["selector"]
     for workload in workloads():
-        # Not the refresher's or the migration's pods: they serve no HTTP.
-        labels = workload["spec"]["template"]["metadata"]["labels"]
+        # Not the refresher's, the migration's or the prune's pods: they serve no HTTP.
+        labels = pod_template(workload)["metadata"]["labels"]
         name = workload["metadata"]["name"]
         assert selects(selector, labels) == (name == deployment["metadata"]["name"]), name
     (container,) = containers(deployment)
