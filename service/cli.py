@@ -1,4 +1,4 @@
-"""The ``calmon`` command: migrate, serve, refresh, token, gate, fit."""
+"""The ``calmon`` command: migrate, serve, refresh, token, gate, fit, demo, prune, partitions."""
 
 from __future__ import annotations
 
@@ -6,14 +6,31 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from service.auth import Role
 from service.config import load_settings
 from service.storage.partitions import AHEAD_DAYS
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+
+@contextmanager
+def _session(database_url: str | None = None) -> Iterator[Session]:
+    """A session on ``database_url`` (default: the configured one); the engine is disposed after."""
+    from service.storage.database import Database
+
+    db = Database(database_url or load_settings().database_url)
+    try:
+        with db.session() as session:
+            yield session
+    finally:
+        db.dispose()
 
 
 def _migrate(_args: argparse.Namespace) -> int:
@@ -34,43 +51,28 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _token_create(args: argparse.Namespace) -> int:
     from service.operations import create_token
-    from service.storage.database import Database
 
-    db = Database(load_settings().database_url)
-    try:
-        with db.session() as session:
-            name = args.name or f"{args.role}-token"
-            token = create_token(session, role=Role(args.role), name=name, actor="cli")
-    finally:
-        db.dispose()
+    with _session() as session:
+        name = args.name or f"{args.role}-token"
+        token = create_token(session, role=Role(args.role), name=name, actor="cli")
     print(token)
     return 0
 
 
 def _token_revoke(args: argparse.Namespace) -> int:
     from service.operations import revoke_token
-    from service.storage.database import Database
 
-    db = Database(load_settings().database_url)
-    try:
-        with db.session() as session:
-            revoked = revoke_token(session, name=args.name, actor="cli")
-    finally:
-        db.dispose()
+    with _session() as session:
+        revoked = revoke_token(session, name=args.name, actor="cli")
     print(f"revoked {revoked.name} ({revoked.role})", file=sys.stderr)
     return 0
 
 
 def _token_list(_args: argparse.Namespace) -> int:
-    from service.storage.database import Database
     from service.storage.tokens import list_tokens
 
-    db = Database(load_settings().database_url)
-    try:
-        with db.session() as session:
-            tokens = list_tokens(session)
-    finally:
-        db.dispose()
+    with _session() as session:
+        tokens = list_tokens(session)
     for t in tokens:
         state = f"revoked {t.revoked_at.isoformat()}" if t.revoked_at else "live"
         print(f"{t.name}\t{t.role}\tcreated {t.created_at.isoformat()} by {t.created_by}\t{state}")
@@ -105,19 +107,12 @@ def _refresh(args: argparse.Namespace) -> int:
 def _prune(args: argparse.Namespace) -> int:
     from service.operations import utcnow
     from service.retention import prune
-    from service.storage.database import Database
     from service.windows import parse_duration
 
     older_than = parse_duration(args.older_than, limit=None)
     settings = load_settings()
-    db = Database(settings.database_url)
-    try:
-        with db.session() as session:
-            report = prune(
-                session, older_than=older_than, settings=settings, now=utcnow(), actor="cli"
-            )
-    finally:
-        db.dispose()
+    with _session(settings.database_url) as session:
+        report = prune(session, older_than=older_than, settings=settings, now=utcnow(), actor="cli")
     counts = report.counts
     print(
         f"pruned everything before {report.cutoff.isoformat()}: {counts.predictions} predictions"
@@ -130,23 +125,18 @@ def _prune(args: argparse.Namespace) -> int:
 def _partitions(args: argparse.Namespace) -> int:
     from service.operations import utcnow
     from service.storage import partitions
-    from service.storage.database import Database
 
-    db = Database(load_settings().database_url)
-    try:
-        with db.session() as session:
-            connection = session.connection()
-            if not partitions.is_partitioned(connection):
-                print(f"predictions is one table on {connection.dialect.name}; nothing to do")
-                return 0
-            now = utcnow()
-            created = partitions.ensure_ahead(connection, now, args.ahead)
-            if args.since is not None:
-                created += partitions.ensure_partitions(connection, args.since, now.date())
-            session.commit()
-            listed = partitions.list_partitions(session.connection())
-    finally:
-        db.dispose()
+    with _session() as session:
+        connection = session.connection()
+        if not partitions.is_partitioned(connection):
+            print(f"predictions is one table on {connection.dialect.name}; nothing to do")
+            return 0
+        now = utcnow()
+        created = partitions.ensure_ahead(connection, now, args.ahead)
+        if args.since is not None:
+            created += partitions.ensure_partitions(connection, args.since, now.date())
+        session.commit()
+        listed = partitions.list_partitions(session.connection())
     for part in listed:
         mark = "  (new)" if part in created else ""
         print(f"{part.name}  [{part.start.isoformat()}, {part.end.isoformat()}){mark}")

@@ -181,3 +181,26 @@ def test_migration_carries_stored_predictions_over(fresh_empty_url: str) -> None
         assert [(k, bytes(d)) for k, d in back] == [(r["id"], r["digest"]) for r in rows]
     finally:
         engine.dispose()
+
+
+@postgres_only
+@pytest.mark.usefixtures("fitted")
+def test_partitions_since_gives_a_backfill_its_own_days(
+    client: FlaskClient,
+    auth: Auth,
+    db: Database,
+    database_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    backfill = datetime.now(UTC) - timedelta(days=20)
+    assert post_predictions(client, auth, [("old", backfill)], [0, 0, 1])[0] == 200
+    assert home_of(db, "old") == partitions.DEFAULT_PARTITION
+
+    monkeypatch.setenv("CALMON_DATABASE_URL", database_url)
+    assert main(["partitions", "--since", backfill.date().isoformat()]) == 0
+    capsys.readouterr()
+    assert home_of(db, "old") == partitions.partition_for(backfill.date()).name
+    with db.session() as session:
+        days = {p.day for p in partitions.list_partitions(session.connection())}
+    assert {backfill.date() + timedelta(days=d) for d in range(21)} <= days
