@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,13 +61,20 @@ def empty_database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str
         yield f"sqlite:///{tmp_path_factory.mktemp('db') / 'calmon.db'}"
 
 
-@pytest.fixture
-def fresh_empty_url(tmp_path: Path) -> Iterator[str]:
-    """A database of this test's own with nothing in it (for migrations run step by step)."""
+@contextmanager
+def fresh_database(tmp_path: Path, name: str = "fresh.db") -> Iterator[str]:
+    """A new, empty database of the backend under test (a PostgreSQL one is dropped after)."""
     if BACKEND == "postgresql":
         yield from _postgres_database(os.environ["CALMON_TEST_DATABASE_URL"])
     else:
-        yield f"sqlite:///{tmp_path / 'fresh.db'}"
+        yield f"sqlite:///{tmp_path / name}"
+
+
+@pytest.fixture
+def fresh_empty_url(tmp_path: Path) -> Iterator[str]:
+    """A database of this test's own with nothing in it (for migrations run step by step)."""
+    with fresh_database(tmp_path) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

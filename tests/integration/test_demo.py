@@ -7,7 +7,6 @@ then check what it left behind through the API and ``/metrics``, not through its
 from __future__ import annotations
 
 import io
-import os
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,10 +27,9 @@ from service.demo import (
     reference_sets,
     ticks,
 )
-from service.storage.migrate import upgrade_to_head
-from tests.integration.conftest import ADMIN_TOKEN, BACKEND, _postgres_database
+from tests.integration.conftest import ADMIN_TOKEN
 from tests.integration.factories import fit_body
-from tests.integration.test_served import CALMON, Served, metric_samples, serving
+from tests.integration.test_served import CALMON, Served, metric_samples, serving_fresh
 
 MODEL = "demo-test"
 END = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -154,24 +152,13 @@ def run_demo(url: str, *args: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoRun]:
     """One demo run (12 h at 600 an hour, seed 7) into a fresh served calmon."""
-    tmp_path = tmp_path_factory.mktemp("demo")
-    if BACKEND == "postgresql":
-        databases = _postgres_database(os.environ["CALMON_TEST_DATABASE_URL"])
-        url = next(databases)
-    else:
-        databases, url = iter(()), f"sqlite:///{tmp_path / 'demo.db'}"
-    upgrade_to_head(url)
-    try:
-        with serving(url, tmp_path) as server:
-            result = run_demo(
-                server.url,
-                *("--token", ADMIN_TOKEN, "--model", MODEL, "--hours", "12", "--rate", "600"),
-                *("--seed", "7", "--wait", "60"),
-            )
-            yield DemoRun(server, result)
-    finally:
-        for _ in databases:
-            pass
+    with serving_fresh(tmp_path_factory.mktemp("demo")) as server:
+        result = run_demo(
+            server.url,
+            *("--token", ADMIN_TOKEN, "--model", MODEL, "--hours", "12", "--rate", "600"),
+            *("--seed", "7", "--wait", "60"),
+        )
+        yield DemoRun(server, result)
 
 
 def test_demo_succeeds_and_registers_a_contract_fitted_by_the_service(demo: DemoRun) -> None:

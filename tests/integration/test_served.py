@@ -23,7 +23,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.storage.migrate import upgrade_to_head
-from tests.integration.conftest import ADMIN_TOKEN, BACKEND, _postgres_database
+from tests.integration.conftest import ADMIN_TOKEN, fresh_database
 from tests.integration.factories import fit_body
 from tests.integration.test_stream import minutes_ago
 
@@ -109,21 +109,19 @@ def serving(url: str, tmp_path: Path) -> Iterator[Served]:
         log.close()
 
 
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[Served]:
-    """``calmon serve --workers 2`` on a fresh database of the backend under test."""
-    if BACKEND == "postgresql":
-        databases = _postgres_database(os.environ["CALMON_TEST_DATABASE_URL"])
-        url = next(databases)
-    else:
-        databases, url = iter(()), f"sqlite:///{tmp_path / 'served.db'}"
-    upgrade_to_head(url)
-    try:
+@contextmanager
+def serving_fresh(tmp_path: Path) -> Iterator[Served]:
+    """``calmon serve --workers 2`` on a fresh, migrated database of the backend under test."""
+    with fresh_database(tmp_path, "served.db") as url:
+        upgrade_to_head(url)
         with serving(url, tmp_path) as server:
             yield server
-    finally:
-        for _ in databases:
-            pass
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    with serving_fresh(tmp_path) as server:
+        yield server
 
 
 def metric_samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
