@@ -11,7 +11,10 @@ from service.calibration import (
     binary_probabilities,
     multiclass_probabilities,
 )
+from service.calibration.binning import bin_index, is_equal_width
+from service.calibration.calibrators import binary_log_odds, temperature_of
 from service.calibration.packing import StatsLayout, pack_groups
+from service.calibration.refit import grouped_knot_sums
 from service.calibration.stats import grouped_stats
 from service.contracts import Contract
 from service.storage.buckets import BucketDelta, BucketKey
@@ -37,19 +40,38 @@ def layout_of(contract: Contract) -> StatsLayout:
         n_classes=len(spec.classes),
         classwise=True,
         threshold=threshold_of(contract),
+        refit=True,
     )
 
 
-def expected_correctness(contract: Contract, inputs: np.ndarray) -> np.ndarray:
-    """Per row, the probability its prediction is right under the contract's calibrator.
+def confidence_and_expected_correctness(
+    contract: Contract, inputs: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the confidence the reliability bins use and the probability the row is right.
 
-    Multiclass: the top-label confidence. Binary: ``p`` when predicted positive (``p >= tau``),
-    else ``1 - p``.
+    Multiclass: both are the top-label confidence. Binary: the confidence is ``p``; the row is
+    right with probability ``p`` when predicted positive (``p >= tau``), else ``1 - p``.
     """
     if contract.spec.task == "multiclass":
-        return multiclass_probabilities(contract.calibrator, inputs).max(axis=1)
+        top = multiclass_probabilities(contract.calibrator, inputs).max(axis=1)
+        return top, top
     p = binary_probabilities(contract.calibrator, inputs)
-    return np.where(p >= threshold_of(contract), p, 1.0 - p)
+    return p, np.where(p >= threshold_of(contract), p, 1.0 - p)
+
+
+def _knot_sums(
+    contract: Contract, inputs: np.ndarray, labels: np.ndarray, group: np.ndarray, n_groups: int
+) -> np.ndarray:
+    """The (G, 3 J) refit-temperature knot sums of labeled rows per group (see ``refit``)."""
+    calibrator = contract.calibrator
+    if contract.spec.task == "multiclass":
+        sums = grouped_knot_sums(
+            "multiclass", inputs, labels, group, n_groups, temperature=temperature_of(calibrator)
+        )
+    else:
+        log_odds = binary_log_odds(calibrator, np.asarray(inputs, dtype=np.float64))
+        sums = grouped_knot_sums("binary", log_odds, labels, group, n_groups)
+    return sums.reshape(n_groups, -1)
 
 
 def epoch_seconds(ts: Sequence[datetime]) -> np.ndarray:
@@ -100,7 +122,7 @@ def bucket_deltas(
     """
     if len(seconds) == 0:
         return {}
-    expected = expected_correctness(contract, inputs)
+    confidence, expected = confidence_and_expected_correctness(contract, inputs)
     fine = np.asarray(seconds, dtype=np.int64) // int(FINE.total_seconds())
     names, pair_row, pair_slice = _expand_slices(slices)
     per_hour = HOUR // FINE
@@ -110,11 +132,10 @@ def bucket_deltas(
     fine_group = fine_group.ravel()
     n_groups = fine_keys.shape[0]
     labeled = labels[pair_row] >= 0
-    weight = (
-        np.where(labeled, -expected[pair_row], 0.0)
-        if not new
-        else np.where(labeled, 0.0, expected[pair_row])
-    )
+    moved = np.where(labeled, -1.0, 0.0) if not new else np.where(labeled, 0.0, 1.0)
+    weight = moved * expected[pair_row]
+    n_bins = contract.edges.size - 1
+    confidence_bin = bin_index(confidence, contract.edges, is_equal_width(contract.edges))
     columns = {
         "n_predictions": np.bincount(fine_group, minlength=n_groups)
         if new
@@ -123,22 +144,37 @@ def bucket_deltas(
         .round()
         .astype(np.int64),
         "unlabeled": np.bincount(fine_group, weights=weight, minlength=n_groups),
+        "unlabeled_square": np.bincount(
+            fine_group, weights=weight * expected[pair_row], minlength=n_groups
+        ),
+        "confidence_counts": np.bincount(
+            fine_group * n_bins + confidence_bin[pair_row], minlength=n_groups * n_bins
+        )
+        .reshape(n_groups, n_bins)
+        .astype(np.float64)
+        if new
+        else np.zeros((n_groups, n_bins)),
     }
     stats = np.zeros((n_groups, layout_of(contract).size))
     has_stats = columns["n_labeled"] > 0
     if labeled.any():
         rows = pair_row[labeled]
-        stats = pack_groups(
-            grouped_stats(
-                contract.spec.task,
-                inputs[rows],
-                labels[rows],
-                contract.edges,
-                fine_group[labeled],
-                n_groups,
-                calibrator=contract.calibrator,
-                threshold=threshold_of(contract),
-            )
+        stats = np.hstack(
+            [
+                pack_groups(
+                    grouped_stats(
+                        contract.spec.task,
+                        inputs[rows],
+                        labels[rows],
+                        contract.edges,
+                        fine_group[labeled],
+                        n_groups,
+                        calibrator=contract.calibrator,
+                        threshold=threshold_of(contract),
+                    )
+                ),
+                _knot_sums(contract, inputs[rows], labels[rows], fine_group[labeled], n_groups),
+            ]
         )
     hour_keys, hour_group = np.unique(
         np.column_stack([fine_keys[:, 0], fine_keys[:, 1] // per_hour]), axis=0, return_inverse=True
@@ -167,6 +203,8 @@ def bucket_deltas(
                 n_predictions=int(cols["n_predictions"][i]),
                 n_labeled=int(cols["n_labeled"][i]),
                 unlabeled_expected_correct=float(cols["unlabeled"][i]),
+                unlabeled_expected_square=float(cols["unlabeled_square"][i]),
+                confidence_counts=cols["confidence_counts"][i] if new else None,
                 stats=matrix[i] if mask[i] else None,
             )
     return deltas
@@ -181,6 +219,13 @@ def merge_deltas(
         mine.n_predictions += delta.n_predictions
         mine.n_labeled += delta.n_labeled
         mine.unlabeled_expected_correct += delta.unlabeled_expected_correct
-        if delta.stats is not None:
-            mine.stats = delta.stats.copy() if mine.stats is None else mine.stats + delta.stats
+        mine.unlabeled_expected_square += delta.unlabeled_expected_square
+        mine.confidence_counts = _add(mine.confidence_counts, delta.confidence_counts)
+        mine.stats = _add(mine.stats, delta.stats)
     return into
+
+
+def _add(mine: np.ndarray | None, other: np.ndarray | None) -> np.ndarray | None:
+    if other is None:
+        return mine
+    return other.copy() if mine is None else mine + other

@@ -34,10 +34,14 @@ def _session(database_url: str | None = None) -> Iterator[Session]:
 
 
 def _migrate(_args: argparse.Namespace) -> int:
+    from service.maintenance import run_pending
     from service.storage.migrate import upgrade_to_head
 
     settings = load_settings()
     upgrade_to_head(settings.database_url)
+    with _session(settings.database_url) as session:
+        for task in run_pending(session):
+            print(f"ran maintenance task {task}", file=sys.stderr)
     print("database is at the latest schema", file=sys.stderr)
     return 0
 

@@ -21,6 +21,7 @@ from service.calibration import (
     fit_temperature,
     multiclass_reading,
 )
+from service.calibration.nll_comparison import nll_difference
 from service.contracts import SPEC_FIELDS, ContractSpec, check_disjoint, parse_spec_fields
 from service.errors import ErrorCollector, ValidationFailed
 from service.labeled_sets import LabeledSet, parse_labeled_set
@@ -104,11 +105,16 @@ def baseline_of(
     calibrator: Calibrator,
     policy: Mapping[str, Any],
 ) -> dict[str, Any]:
-    """``{"fit"|"eval": {"uncalibrated": R, "calibrated": R}}`` as stored in a contract."""
+    """``{"fit"|"eval": {"uncalibrated": R, "calibrated": R, "nll_difference": D}}``.
+
+    ``nll_difference`` summarises the per-row NLL differences (calibrated minus uncalibrated)
+    that the gate's paired NLL test needs once the rows are gone.
+    """
     return {
         split: {
             "uncalibrated": reading_of(task, data, edges, IdentityCalibrator(), policy).to_dict(),
             "calibrated": reading_of(task, data, edges, calibrator, policy).to_dict(),
+            "nll_difference": nll_difference(task, data.inputs, data.labels, calibrator).to_dict(),
         }
         for split, data in (("fit", fit), ("eval", held_out))
     }

@@ -25,6 +25,7 @@ from service.calibration import (
     default_edges,
     validate_edges,
 )
+from service.calibration.nll_comparison import NllDifference
 from service.errors import ErrorCollector, LeakageError
 from service.validation import (
     NAME_PATTERN,
@@ -346,7 +347,10 @@ def _parse_reading(value: Any, path: str, edges: tuple[float, ...], errors: Erro
         required=("n", *_READING_NUMBERS, "bins"),
         optional=(
             "ece_ci",
+            "ece_debiased",
+            "calibration_p_value",
             "mce",
+            "mce_n",
             "mean_confidence",
             "classwise_ece",
             "auc",
@@ -402,12 +406,18 @@ def parse_baseline(value: Any, edges: tuple[float, ...], errors: ErrorCollector)
             f"baseline.{split}",
             errors,
             required=("uncalibrated", "calibrated"),
+            optional=("nll_difference",),
         )
         if part is None:
             continue
         for which in ("uncalibrated", "calibrated"):
             if which in part:
                 _parse_reading(part[which], f"baseline.{split}.{which}", edges, errors)
+        if "nll_difference" in part:
+            try:
+                NllDifference.from_dict(part["nll_difference"], f"baseline.{split}.nll_difference")
+            except CalibrationInputError as exc:
+                errors.add(exc.field, exc.message)
     return dict(baseline)
 
 

@@ -1,17 +1,35 @@
 """The deployment review gate: checks a contract (or a fresh held-out set) against a policy.
 
+The checks are a table of small functions over one ``_Evidence``. The ECE check judges the
+debiased ECE, and fails only when the held-out set also shows miscalibration (the calibration
+test of ``ece_inference`` at p < 0.05); the NLL check is the paired test of ``nll_comparison``.
 The reply never gives the ECE alone: the evidence carries the reliability table with counts and
-Wilson intervals beside the ECE and its interval, and the NLL before and after calibration.
+Wilson intervals beside the ECE, its debiased value and interval, and the NLL before and after.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from service.calibration import CalibrationInputError, IdentityCalibrator
+from service.calibration import (
+    CalibrationInputError,
+    EceInference,
+    IdentityCalibrator,
+    Reading,
+    bins_inference,
+)
+from service.calibration.drift import WARN_P_VALUE
+from service.calibration.nll_comparison import (
+    NllComparison,
+    NllDifference,
+    compare_nll,
+    fitted_parameters,
+    nll_difference,
+)
 from service.contract_fit import reading_of
 from service.contracts import Contract, canonical_json
 from service.errors import ErrorCollector, ValidationFailed
@@ -122,167 +140,238 @@ def _field(spec_dict: Mapping[str, Any], dotted: str) -> Any:
     return value
 
 
+@dataclass(frozen=True)
+class _Evidence:
+    """What the checks judge: the contract, the policy and the held-out readings."""
+
+    contract: Contract
+    policy: dict[str, Any]
+    source: dict[str, Any]
+    calibrated: Reading
+    uncalibrated: Reading
+    inference: EceInference
+    nll: NllComparison | None
+    eval_fingerprint: str | None
+
+
+def _required_fields(e: _Evidence) -> Check:
+    document = e.contract.hashed_document()
+    missing = [f for f in _REQUIRED_FIELDS if _field(document, f) in (None, "", [], {})]
+    return Check(
+        "required_fields",
+        not missing,
+        missing or "all present",
+        list(_REQUIRED_FIELDS),
+        "the contract names its checkpoint, population, outcome, window, split "
+        "and held-out evidence"
+        if not missing
+        else f"the contract lacks {', '.join(missing)}",
+    )
+
+
+def _disjoint_eval(e: _Evidence) -> Check:
+    fit_fp = e.contract.spec.split.get("fit_fingerprint")
+    eval_fp = e.eval_fingerprint or e.contract.spec.split.get("eval_fingerprint")
+    disjoint = fit_fp is not None and eval_fp is not None and fit_fp != eval_fp
+    return Check(
+        "disjoint_eval",
+        disjoint or not e.policy["require_disjoint_eval"],
+        {"fit_fingerprint": fit_fp, "eval_fingerprint": eval_fp},
+        "different fingerprints",
+        "the evaluation rows differ from the rows the calibrator was fitted on"
+        if disjoint
+        else "the evaluation set is the fit set, or a fingerprint is missing: the evidence "
+        "would be optimistic",
+    )
+
+
+def _eval_samples(e: _Evidence) -> Check:
+    n, needed = e.calibrated.n, e.policy["min_eval_samples"]
+    return Check(
+        "eval_samples",
+        n >= needed,
+        n,
+        needed,
+        f"{n} held-out predictions (at least {needed} needed)",
+    )
+
+
+def _eval_ece(e: _Evidence) -> Check:
+    debiased, p, limit = e.inference.debiased, e.inference.p_value, e.policy["max_ece"]
+    beyond = not debiased <= limit
+    shown = p < WARN_P_VALUE
+    if not beyond:
+        message = f"debiased ECE {_fmt(debiased)} is within max_ece {limit:.4f}"
+    elif shown:
+        message = (
+            f"debiased ECE {_fmt(debiased)} exceeds max_ece {limit:.4f} and the set shows "
+            f"miscalibration (calibration test p = {p:.2g})"
+        )
+    else:
+        message = (
+            f"debiased ECE {_fmt(debiased)} exceeds max_ece {limit:.4f}, but the set does not "
+            f"show miscalibration (calibration test p = {p:.2g} >= {WARN_P_VALUE})"
+        )
+    return Check("eval_ece", not (beyond and shown), debiased, limit, message)
+
+
+def _eval_ece_ci_upper(e: _Evidence) -> Check | None:
+    limit = e.policy.get("max_ece_ci_upper")
+    if limit is None:
+        return None
+    upper = e.inference.upper
+    return Check(
+        "eval_ece_ci_upper",
+        upper <= limit,
+        upper,
+        limit,
+        f"upper bound of the ECE's 95% interval {_fmt(upper)} against {limit:.4f}",
+    )
+
+
+def _nll_improvement(e: _Evidence) -> Check:
+    observed = {
+        "uncalibrated": _number(e.uncalibrated.nll),
+        "calibrated": _number(e.calibrated.nll),
+    }
+    if e.nll is None:
+        return Check(
+            "nll_improvement",
+            True,
+            observed,
+            "not significantly worse",
+            "not tested: the baseline carries no per-row NLL differences (send an evaluation "
+            "set to test it)",
+        )
+    c = e.nll
+    observed |= {"mean_difference": c.mean_difference, "lower_bound": c.lower_bound}
+    verdict = "worse" if c.worse else "not significantly worse"
+    return Check(
+        "nll_improvement",
+        not c.worse or not e.policy["require_nll_improvement"],
+        observed,
+        c.tolerance,
+        f"held-out NLL {_fmt(observed['uncalibrated'])} -> {_fmt(observed['calibrated'])}: the "
+        f"calibrator is {verdict} (per-row difference {c.mean_difference:+.5f} nats, 97.5% "
+        f"lower bound {c.lower_bound:+.5f} against the fitting noise {c.tolerance:.5f})",
+    )
+
+
+def _bin_samples(e: _Evidence) -> Check:
+    smallest = min((b.n for b in e.calibrated.bins), default=0)
+    needed = e.policy["min_bin_samples"]
+    return Check(
+        "bin_samples",
+        smallest >= needed,
+        smallest,
+        needed,
+        f"the smallest non-empty reliability bin holds {smallest} predictions",
+    )
+
+
+#: Every check of the gate, in the order they are reported; None means "not asked for".
+CHECKS: tuple[Callable[[_Evidence], Check | None], ...] = (
+    _required_fields,
+    _disjoint_eval,
+    _eval_samples,
+    _eval_ece,
+    _eval_ece_ci_upper,
+    _nll_improvement,
+    _bin_samples,
+)
+
+
 def evaluate_gate(contract: Contract, request: GateRequest) -> GateOutcome:
     """Run every check; the decision passes only if all of them do."""
     policy = dict(request.policy)
     if policy.get("max_ece") is None:
         policy["max_ece"] = float(contract.spec.policy["max_ece"])
-    document = contract.hashed_document()
-    checks: list[Check] = []
-
-    missing = [f for f in _REQUIRED_FIELDS if _field(document, f) in (None, "", [], {})]
-    checks.append(
-        Check(
-            "required_fields",
-            not missing,
-            missing or "all present",
-            list(_REQUIRED_FIELDS),
-            "the contract names its checkpoint, population, outcome, window, split "
-            "and held-out evidence"
-            if not missing
-            else f"the contract lacks {', '.join(missing)}",
-        )
-    )
-
-    split = contract.spec.split
-    fit_fp, eval_fp = split.get("fit_fingerprint"), split.get("eval_fingerprint")
-    source, calibrated, uncalibrated, evaluation_fp = _evidence_readings(contract, request)
-    if evaluation_fp is not None:
-        eval_fp = evaluation_fp
-    disjoint = fit_fp is not None and eval_fp is not None and fit_fp != eval_fp
-    checks.append(
-        Check(
-            "disjoint_eval",
-            disjoint or not policy["require_disjoint_eval"],
-            {"fit_fingerprint": fit_fp, "eval_fingerprint": eval_fp},
-            "different fingerprints",
-            "the evaluation rows differ from the rows the calibrator was fitted on"
-            if disjoint
-            else "the evaluation set is the fit set, or a fingerprint is missing: the evidence "
-            "would be optimistic",
-        )
-    )
-
-    n = int(calibrated["n"])
-    checks.append(
-        Check(
-            "eval_samples",
-            n >= policy["min_eval_samples"],
-            n,
-            policy["min_eval_samples"],
-            f"{n} held-out predictions (at least {policy['min_eval_samples']} needed)",
-        )
-    )
-
-    ece = calibrated["ece"]
-    checks.append(
-        Check(
-            "eval_ece",
-            ece is not None and ece <= policy["max_ece"],
-            ece,
-            policy["max_ece"],
-            f"calibrated ECE {_fmt(ece)} against max_ece {policy['max_ece']:.4f}",
-        )
-    )
-
-    upper = (calibrated.get("ece_ci") or [None, None])[1]
-    if policy.get("max_ece_ci_upper") is not None:
-        limit = policy["max_ece_ci_upper"]
-        checks.append(
-            Check(
-                "eval_ece_ci_upper",
-                upper is not None and upper <= limit,
-                upper,
-                limit,
-                f"upper bound of the ECE's 95% interval {_fmt(upper)} against {limit:.4f}",
-            )
-        )
-
-    before, after = uncalibrated["nll"], calibrated["nll"]
-    improved = before is not None and after is not None and after <= before
-    checks.append(
-        Check(
-            "nll_improvement",
-            improved or not policy["require_nll_improvement"],
-            {"uncalibrated": before, "calibrated": after},
-            "calibrated <= uncalibrated",
-            f"held-out NLL {_fmt(before)} -> {_fmt(after)} with the calibrator",
-        )
-    )
-
-    smallest = min((b["n"] for b in calibrated["bins"]), default=0)
-    checks.append(
-        Check(
-            "bin_samples",
-            smallest >= policy["min_bin_samples"],
-            smallest,
-            policy["min_bin_samples"],
-            f"the smallest non-empty reliability bin holds {smallest} predictions",
-        )
-    )
-
+    e = _gather(contract, request, policy)
+    checks = tuple(c for check in CHECKS if (c := check(e)) is not None)
+    calibrated = e.calibrated.to_dict()
     evidence = {
-        "source": source,
+        "source": e.source,
         "contract": {
             "id": contract.id,
             "model": contract.model,
             "version": contract.version,
             "content_sha256": contract.content_sha256,
         },
-        "n": n,
-        "ece": ece,
-        "ece_ci": calibrated.get("ece_ci"),
-        "nll": {"uncalibrated": before, "calibrated": after},
-        "brier": {"uncalibrated": uncalibrated["brier"], "calibrated": calibrated["brier"]},
+        "n": e.calibrated.n,
+        "ece": calibrated["ece"],
+        "ece_debiased": _number(e.inference.debiased),
+        "ece_ci": [_number(e.inference.lower), _number(e.inference.upper)],
+        "calibration_p_value": _number(e.inference.p_value),
+        "nll": {"uncalibrated": _number(e.uncalibrated.nll), "calibrated": calibrated["nll"]},
+        "nll_difference": None
+        if e.nll is None
+        else {
+            "mean": e.nll.mean_difference,
+            "lower_bound": e.nll.lower_bound,
+            "tolerance": e.nll.tolerance,
+        },
+        "brier": {"uncalibrated": _number(e.uncalibrated.brier), "calibrated": calibrated["brier"]},
         "reliability": calibrated["bins"],
         "bin_edges": list(contract.spec.bin_edges),
     }
     decision = "pass" if all(c.passed for c in checks) else "fail"
-    return GateOutcome(decision, tuple(checks), evidence, policy)
+    return GateOutcome(decision, checks, evidence, policy)
 
 
-def _evidence_readings(
-    contract: Contract, request: GateRequest
-) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], str | None]:
-    """(source, calibrated reading, uncalibrated reading, evaluation fingerprint or None)."""
+def _gather(contract: Contract, request: GateRequest, policy: dict[str, Any]) -> _Evidence:
+    """The readings the checks judge: the stored eval baseline, or a fresh evaluation set."""
+    spec = contract.spec
+    fit_rows = int(spec.baseline["fit"]["calibrated"]["n"])
+    parameters = fitted_parameters(contract.calibrator)
     if request.evaluation is None:
-        baseline = contract.spec.baseline["eval"]
-        return (
-            {
+        stored = spec.baseline["eval"]
+        calibrated = Reading.from_dict(stored["calibrated"], "baseline.eval.calibrated")
+        difference = stored.get("nll_difference")
+        return _Evidence(
+            contract=contract,
+            policy=policy,
+            source={
                 "kind": "contract_eval_baseline",
-                "fingerprint": contract.spec.split.get("eval_fingerprint"),
+                "fingerprint": spec.split.get("eval_fingerprint"),
             },
-            baseline["calibrated"],
-            baseline["uncalibrated"],
-            None,
+            calibrated=calibrated,
+            uncalibrated=Reading.from_dict(stored["uncalibrated"], "baseline.eval.uncalibrated"),
+            inference=bins_inference(calibrated.bins),
+            nll=None
+            if difference is None
+            else compare_nll(NllDifference.from_dict(difference), parameters, fit_rows),
+            eval_fingerprint=None,
         )
     errors = ErrorCollector()
     data: LabeledSet | None = parse_labeled_set(
-        request.evaluation,
-        "evaluation",
-        task=contract.spec.task,
-        classes=contract.spec.classes,
-        errors=errors,
+        request.evaluation, "evaluation", task=spec.task, classes=spec.classes, errors=errors
     )
     errors.raise_if_any("the evaluation set is invalid")
     assert data is not None
     try:
-        calibrated = reading_of(
-            contract.spec.task, data, contract.edges, contract.calibrator, contract.spec.policy
-        ).to_dict()
+        calibrated = reading_of(spec.task, data, contract.edges, contract.calibrator, spec.policy)
         uncalibrated = reading_of(
-            contract.spec.task, data, contract.edges, IdentityCalibrator(), contract.spec.policy
-        ).to_dict()
+            spec.task, data, contract.edges, IdentityCalibrator(), spec.policy
+        )
+        difference = nll_difference(spec.task, data.inputs, data.labels, contract.calibrator)
     except CalibrationInputError as exc:
         raise ValidationFailed(f"the evaluation set cannot be measured: {exc}") from exc
     fingerprint = data.fingerprint()
-    return (
-        {"kind": "evaluation", "fingerprint": fingerprint},
-        calibrated,
-        uncalibrated,
-        fingerprint,
+    return _Evidence(
+        contract=contract,
+        policy=policy,
+        source={"kind": "evaluation", "fingerprint": fingerprint},
+        calibrated=calibrated,
+        uncalibrated=uncalibrated,
+        inference=bins_inference(calibrated.bins),
+        nll=compare_nll(difference, parameters, fit_rows),
+        eval_fingerprint=fingerprint,
     )
 
 
+def _number(value: float) -> float | None:
+    return None if value is None or math.isnan(value) else value
+
+
 def _fmt(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.4f}"
+    return "n/a" if value is None or math.isnan(value) else f"{value:.4f}"

@@ -22,6 +22,7 @@ from service.cohorts import cap_values, slices_of
 from service.config import Settings
 from service.contracts import Contract
 from service.errors import Conflict, ErrorDetail, NoActiveContract, NotFound, ValidationFailed
+from service.storage import buckets as bucket_store
 from service.storage import cohorts as cohort_store
 from service.storage import contracts as contracts_store
 from service.storage import predictions as prediction_store
@@ -321,15 +322,13 @@ def _count_joined(session: Session, model: str, joined: prediction_store.JoinedL
         contract = contracts_store.get_contract(session, contract_id)
         assert contract is not None
         rows = np.flatnonzero(contract_of == contract_id)
-        width = len(contract.spec.classes) if contract.spec.task == "multiclass" else 1
-        inputs = np.frombuffer(b"".join(joined.inputs[r] for r in rows), dtype="<f8")
         merge_deltas(
             deltas,
             bucket_deltas(
                 contract,
                 seconds=joined.seconds[rows],
                 slices=_parsed_slices([joined.slices[r] for r in rows]),
-                inputs=inputs.reshape(rows.size, width) if width > 1 else inputs,
+                inputs=_stored_inputs(contract, [joined.inputs[r] for r in rows]),
                 labels=joined.labels[rows],
                 new=False,
             ),
@@ -343,3 +342,54 @@ def sweep_waiting_labels(session: Session, model: str) -> int:
     _count_joined(session, model, joined)
     session.commit()
     return len(joined.ids)
+
+
+#: Predictions read per page when buckets are rebuilt from the stored rows.
+REBUILD_PAGE = 20_000
+
+
+def rebuild_buckets(session: Session, model: str) -> int:
+    """Recompute every bucket of ``model`` from its stored predictions and joined labels.
+
+    Deletes the model's buckets, then walks the predictions in (ts, id) order, one page per
+    transaction; a rebuild cut short is started again from scratch. Returns the predictions
+    counted.
+    """
+    bucket_store.delete_model_buckets(session, model)
+    session.commit()
+    contracts: dict[str, Contract] = {}
+    after, total = None, 0
+    while True:
+        page = prediction_store.predictions_page(session, model, after, REBUILD_PAGE)
+        if page.last is None:
+            return total
+        deltas: dict[BucketKey, BucketDelta] = {}
+        contract_of = np.array(page.contract_ids, dtype=object)
+        for contract_id in sorted(set(page.contract_ids)):
+            if contract_id not in contracts:
+                found = contracts_store.get_contract(session, contract_id)
+                assert found is not None
+                contracts[contract_id] = found
+            rows = np.flatnonzero(contract_of == contract_id)
+            merge_deltas(
+                deltas,
+                bucket_deltas(
+                    contracts[contract_id],
+                    seconds=page.seconds[rows],
+                    slices=_parsed_slices([page.slices[r] for r in rows]),
+                    inputs=_stored_inputs(contracts[contract_id], [page.inputs[r] for r in rows]),
+                    labels=page.labels[rows],
+                    new=True,
+                ),
+            )
+        apply_deltas(session, model, deltas)
+        session.commit()
+        after, total = page.last, total + len(page.contract_ids)
+
+
+def _stored_inputs(contract: Contract, blobs: list[bytes]) -> np.ndarray:
+    """Stored float64 inputs as (N, K) logits (multiclass) or (N,) scores (binary)."""
+    flat = np.frombuffer(b"".join(blobs), dtype="<f8")
+    if contract.spec.task == "multiclass":
+        return flat.reshape(len(blobs), len(contract.spec.classes))
+    return flat

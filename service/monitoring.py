@@ -13,26 +13,19 @@ from sqlalchemy.orm import Session
 
 from service.bucketing import layout_of, threshold_of
 from service.calibration import (
-    CalibrationInputError,
+    ExpectedAccuracy,
     Reading,
     assess_drift,
     reading_from_stats,
-    refit_temperature,
+    refit_from_knot_sums,
 )
-from service.calibration.packing import unpack
-from service.cohorts import ALL
+from service.calibration.packing import unpack, unpack_knots
 from service.contracts import Contract
 from service.errors import NotFound
 from service.storage import buckets as bucket_store
 from service.storage import contracts as contracts_store
-from service.storage import predictions as prediction_store
 from service.validation import format_timestamp
 from service.windows import Window
-
-#: The refit temperature uses at most this many of the window's newest labeled predictions of the
-#: slice: enough for a standard error of about 1% on T at typical confidence spreads, and cheap
-#: enough to keep a reading within its latency budget over any window size.
-REFIT_SAMPLE = 5_000
 
 
 @dataclass(frozen=True)
@@ -50,30 +43,6 @@ def _costs(contract: Contract) -> tuple[float, float] | None:
     if contract.spec.task == "binary" and policy.get("c_fp") is not None:
         return float(policy["c_fp"]), float(policy["c_fn"])
     return None
-
-
-def _refit(session: Session, contract: Contract, window: Window, slice_: str) -> float | None:
-    """The extra temperature on the newest labeled predictions of the window and slice."""
-    sample = prediction_store.labeled_sample(
-        session,
-        contract.model,
-        contract.id,
-        None if slice_ == ALL else slice_,
-        window.start,
-        window.end,
-        REFIT_SAMPLE,
-    )
-    if len(sample) < 2:
-        return None
-    spec = contract.spec
-    inputs = np.frombuffer(b"".join(s[0] for s in sample), dtype="<f8")
-    if spec.task == "multiclass":
-        inputs = inputs.reshape(len(sample), len(spec.classes))
-    labels = np.array([s[1] for s in sample], dtype=np.int64)
-    try:
-        return refit_temperature(contract.calibrator, inputs, labels, task=spec.task).temperature
-    except CalibrationInputError:
-        return None
 
 
 def _json_number(value: float | None) -> float | None:
@@ -125,14 +94,23 @@ def calibration_reading(
     n_predictions = sum(t.n_predictions for t in rows)
     n_unlabeled = n_predictions - stats.n
     expected = (
-        sum(t.unlabeled_expected_correct for t in rows) / n_unlabeled if n_unlabeled > 0 else None
+        ExpectedAccuracy.of(
+            n_unlabeled,
+            sum(t.unlabeled_expected_correct for t in rows),
+            sum(t.unlabeled_expected_square for t in rows),
+        )
+        if n_unlabeled > 0
+        else None
     )
+    seen = [t.confidence_counts for t in rows if t.confidence_counts is not None]
     baseline = Reading.from_dict(contract.spec.baseline["eval"]["calibrated"])
     drift = assess_drift(
         reading,
         baseline,
         contract.policy,
-        refit_temperature=_refit(session, contract, window, slice_) if stats.n else None,
+        edges=contract.spec.bin_edges,
+        confidence_counts=np.sum(seen, axis=0) if seen else None,
+        refit_temperature=refit_from_knot_sums(unpack_knots(vector, layout), stats.n),
         expected_accuracy=expected,
     )
     metrics = reading.to_dict()
@@ -162,7 +140,7 @@ def calibration_reading(
         "label_coverage": _json_number(stats.n / n_predictions) if n_predictions else None,
         "metrics": metrics,
         "bins": bins,
-        "baseline": contract.spec.baseline["eval"]["calibrated"],
+        "baseline": baseline.to_dict(),
         "policy": contract.spec.policy,
         "drift": drift.to_dict(),
         "threshold": threshold_of(contract) if contract.spec.task == "binary" else None,

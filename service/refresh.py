@@ -60,6 +60,7 @@ def gauge_values(reading: dict[str, Any]) -> dict[str, Any]:
     ci = metrics.get("ece_ci") or [None, None]
     return {
         "ece": metrics.get("ece"),
+        "ece_debiased": metrics.get("ece_debiased"),
         "ece_ci_lower": ci[0],
         "ece_ci_upper": ci[1],
         "nll": metrics.get("nll"),

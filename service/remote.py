@@ -60,9 +60,11 @@ def gate_report(decision: dict[str, Any]) -> str:
     ci = evidence.get("ece_ci") or [None, None]
     lines += [
         "",
-        f"evidence: {evidence['source']['kind']}, n = {evidence['n']}, "
-        f"ECE {_num(evidence['ece'])} (95% interval {_num(ci[0])} - {_num(ci[1])}), "
-        f"NLL {_num(evidence['nll']['uncalibrated'])} -> {_num(evidence['nll']['calibrated'])}",
+        f"evidence: {evidence['source']['kind']}, n = {evidence['n']}",
+        f"  ECE debiased {_num(evidence.get('ece_debiased'))} (95% interval {_num(ci[0])} - "
+        f"{_num(ci[1])}; plug-in {_num(evidence['ece'])}; calibration test p = "
+        f"{_num(evidence.get('calibration_p_value'))})",
+        f"  NLL {_num(evidence['nll']['uncalibrated'])} -> {_num(evidence['nll']['calibrated'])}",
         "",
         "  bin            n   confidence  accuracy  95% interval",
     ]

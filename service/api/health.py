@@ -8,6 +8,8 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from service.api.errors import error_response
 from service.api.session import database
+from service.storage.database import Database
+from service.storage.maintenance import pending_tasks
 from service.storage.migrate import schema_is_current
 
 bp = Blueprint("health", __name__)
@@ -21,12 +23,13 @@ def healthz() -> Response:
 
 @bp.get("/readyz")
 def readyz() -> Response:
-    """The database is reachable and its schema is at the migrations' head."""
+    """The database is reachable, its schema at the migrations' head, no maintenance pending."""
     db = database()
     try:
         with db.engine.connect() as connection:
             connection.execute(text("SELECT 1"))
         current = schema_is_current(db.engine)
+        pending = current and bool(_pending_maintenance(db))
     except SQLAlchemyError:
         return error_response(
             503,
@@ -41,4 +44,17 @@ def readyz() -> Response:
             "the database schema is not at head: run 'calmon migrate'",
             headers={"Retry-After": "30"},
         )
+    if pending:
+        return error_response(
+            503,
+            "maintenance_pending",
+            "a migration left maintenance to do: run 'calmon migrate'",
+            headers={"Retry-After": "30"},
+        )
     return jsonify({"status": "ready", "database": db.backend})
+
+
+def _pending_maintenance(db: Database) -> list[str]:
+    """The maintenance tasks still pending."""
+    with db.session() as session:
+        return pending_tasks(session)

@@ -62,8 +62,11 @@ _READING = {
     "properties": {
         "n": {"type": "integer"},
         "ece": _NULLABLE_NUMBER,
+        "ece_debiased": _NULLABLE_NUMBER,
         "ece_ci": {"type": "array", "items": _NULLABLE_NUMBER},
+        "calibration_p_value": _NULLABLE_NUMBER,
         "mce": _NULLABLE_NUMBER,
+        "mce_n": {"type": ["integer", "null"]},
         "nll": _NULLABLE_NUMBER,
         "brier": _NULLABLE_NUMBER,
         "accuracy": _NULLABLE_NUMBER,
@@ -280,11 +283,27 @@ SCHEMAS: dict[str, Any] = {
             "drift": {
                 "type": "object",
                 "properties": {
+                    "ece_delta": _NULLABLE_NUMBER,
+                    "ece_debiased_delta": _NULLABLE_NUMBER,
+                    "nll_delta": _NULLABLE_NUMBER,
+                    "refit_temperature": _NULLABLE_NUMBER,
+                    "refit_temperature_ci": {
+                        "type": ["array", "null"],
+                        "items": _NUMBER,
+                    },
+                    "confidence_psi": _NULLABLE_NUMBER,
+                    "confidence_psi_no_shift": _NULLABLE_NUMBER,
+                    "confidence_shift_p_value": _NULLABLE_NUMBER,
+                    "prevalence_shift": _NULLABLE_NUMBER,
+                    "expected_accuracy": _NULLABLE_NUMBER,
+                    "expected_accuracy_ci": {"type": ["array", "null"], "items": _NUMBER},
                     "status": {
                         "type": "string",
                         "enum": ["insufficient_data", "ok", "warn", "alert"],
-                    }
+                    },
+                    "reasons": {"type": "array", "items": _STRING},
                 },
+                "required": ["status", "reasons"],
             },
         },
         "required": [

@@ -21,7 +21,7 @@ from service.api.errors import ApiError
 from service.api.session import db_session
 from service.api.stream import slice_and_window
 from service.auth import Permission, Principal
-from service.calibration import calibrator_from_dict
+from service.calibration import Reading, bins_inference, calibrator_from_dict
 from service.cohorts import ALL
 from service.contracts import Contract
 from service.errors import CalmonError, NotFound
@@ -189,16 +189,19 @@ def contract_page(contract_id: str) -> BaseResponse:
             heading="not found",
             message=f"no contract with id {contract_id!r}",
         )
-    diagrams = [
-        render(
-            contract.spec.baseline[split][which]["bins"],
-            title=f"{split} set, {which}",
-            subtitle=f"n = {contract.spec.baseline[split][which]['n']:,}, ECE "
-            f"{contract.spec.baseline[split][which]['ece']:.4f}",
-        )
-        for split in ("eval", "fit")
-        for which in ("calibrated", "uncalibrated")
-    ]
+    diagrams = []
+    for split in ("eval", "fit"):
+        for which in ("calibrated", "uncalibrated"):
+            stored = contract.spec.baseline[split][which]
+            evidence = bins_inference(Reading.from_dict(stored).bins)
+            diagrams.append(
+                render(
+                    stored["bins"],
+                    title=f"{split} set, {which}",
+                    subtitle=f"n = {stored['n']:,}, ECE debiased {evidence.debiased:.4f} "
+                    f"[{evidence.lower:.4f}, {evidence.upper:.4f}], plug-in {stored['ece']:.4f}",
+                )
+            )
     return _page(
         "ui/contract.html",
         principal=viewer,

@@ -15,12 +15,16 @@ from service.calibration.calibrators import (
     multiclass_probabilities,
 )
 from service.calibration.drift import (
+    ConfidenceShift,
     Drift,
     DriftPolicy,
+    ExpectedAccuracy,
     assess_drift,
+    confidence_shift,
     population_stability_index,
     total_variation,
 )
+from service.calibration.ece_inference import EceInference, infer_ece
 from service.calibration.errors import CalibrationInputError, FitError
 from service.calibration.fitting import (
     PlattFit,
@@ -31,7 +35,7 @@ from service.calibration.fitting import (
     fit_temperature,
     refit_temperature,
 )
-from service.calibration.intervals import ece_interval, ece_interval_from_bins, wilson_interval
+from service.calibration.intervals import ece_interval, wilson_interval
 from service.calibration.probabilities import log_sigmoid, log_softmax, logit, sigmoid, softmax
 from service.calibration.readings import (
     Reading,
@@ -39,12 +43,14 @@ from service.calibration.readings import (
     binary_auc,
     binary_expected_accuracy,
     binary_reading,
+    bins_inference,
     decision_threshold,
     histogram_auc,
     multiclass_expected_accuracy,
     multiclass_reading,
     reading_from_stats,
 )
+from service.calibration.refit import RefitEstimate, refit_from_knot_sums
 from service.calibration.stats import (
     AUC_CELLS,
     CalibrationStats,
@@ -59,13 +65,17 @@ __all__ = [
     "CalibrationInputError",
     "CalibrationStats",
     "Calibrator",
+    "ConfidenceShift",
     "Drift",
     "DriftPolicy",
+    "EceInference",
+    "ExpectedAccuracy",
     "FitError",
     "IdentityCalibrator",
     "PlattCalibrator",
     "PlattFit",
     "Reading",
+    "RefitEstimate",
     "ReliabilityBin",
     "TemperatureCalibrator",
     "TemperatureFit",
@@ -76,18 +86,20 @@ __all__ = [
     "binary_probabilities",
     "binary_reading",
     "binary_stats",
+    "bins_inference",
     "calibrator_from_dict",
     "combine_stats",
+    "confidence_shift",
     "decision_threshold",
     "default_edges",
     "ece_interval",
-    "ece_interval_from_bins",
     "empty_stats",
     "fit_binary_temperature",
     "fit_log_odds_temperature",
     "fit_platt",
     "fit_temperature",
     "histogram_auc",
+    "infer_ece",
     "log_sigmoid",
     "log_softmax",
     "logit",
@@ -97,6 +109,7 @@ __all__ = [
     "multiclass_stats",
     "population_stability_index",
     "reading_from_stats",
+    "refit_from_knot_sums",
     "refit_temperature",
     "sigmoid",
     "softmax",

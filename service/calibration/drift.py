@@ -1,35 +1,49 @@
 """Drift of a window's reading against the contract's baseline reading, and the policy rule.
 
-Status, in order of precedence:
+The status is decided on evidence (``ece_inference``), never on the plug-in ECE. First match:
 
-* ``insufficient_data``: the window has fewer than ``min_labeled`` labeled rows (or none);
-  never an alert, whatever the numbers say.
-* ``alert``: the evidence rule: the lower bound of the window's 95% ECE interval exceeds
-  ``max_ece``, or exceeds the baseline ECE by more than ``max_ece_increase``.
-* ``warn``: a point estimate is beyond a threshold: ECE > ``max_ece`` or
-  ``ece_delta`` = window ECE - baseline ECE > ``max_ece_increase``.
-* ``ok`` otherwise.
+1. ``insufficient_data``: fewer than ``min_labeled`` labeled rows (or none): never an alert.
+2. ``alert``: the window's 95% ECE interval lies above ``max_ece`` (lower bound > max_ece), or
+   its lower bound exceeds the baseline's upper bound by more than ``max_ece_increase`` (an
+   increase that survives both uncertainties).
+3. ``warn``: the window shows miscalibration (its test of "every bin is calibrated" has
+   p < ``WARN_P_VALUE``) and its debiased ECE exceeds ``max_ece``, or exceeds the baseline's
+   debiased ECE by more than ``max_ece_increase``.
+4. ``insufficient_data``: the window's interval reaches ``CANNOT_TELL_FACTOR`` x ``max_ece``:
+   the window cannot rule out a calibration error twice the tolerance, so "ok" would claim more
+   than the evidence shows.
+5. ``ok``.
+
+Error rates of this rule, measured by simulation, are in docs/calibration.md.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from scipy.stats import chi2
 
-from service.calibration._checks import float_array, non_negative_number
+from service.calibration._checks import FloatArray, float_array, non_negative_number
+from service.calibration.ece_inference import EceInference
 from service.calibration.errors import CalibrationInputError
-from service.calibration.readings import Reading, ReliabilityBin
+from service.calibration.readings import Reading, ReliabilityBin, bins_inference
+from service.calibration.refit import RefitEstimate
 
 INSUFFICIENT_DATA = "insufficient_data"
 OK = "ok"
 WARN = "warn"
 ALERT = "alert"
+WARN_P_VALUE = 0.05
+CANNOT_TELL_FACTOR = 2.0
 PSI_EPSILON = 1e-4
+#: Adjacent bins are merged for the shift test until each expects this many rows of the
+#: smaller sample, so the chi-square approximation holds.
+SHIFT_MIN_EXPECTED = 5.0
 _NAN = float("nan")
 
 
@@ -71,6 +85,85 @@ def total_variation(p_counts: Any, q_counts: Any) -> float:
     if p.shape != q.shape:
         raise CalibrationInputError("q_counts", f"must have shape {p.shape}, got {q.shape}")
     return float(0.5 * np.abs(p - q).sum())
+
+
+@dataclass(frozen=True)
+class ConfidenceShift:
+    """How far the window's confidence distribution moved from the baseline's.
+
+    ``psi`` is ``population_stability_index(baseline, window)``; ``no_shift`` its expected value
+    when both samples come from one distribution, ``(M' - 1) (1 / n_b + 1 / n_w)`` over the M'
+    bins either sample occupies (PSI is then about that multiple of a chi-square); ``p_value``
+    is the chi-square test of homogeneity of the two count vectors, adjacent bins merged until
+    each expects ``SHIFT_MIN_EXPECTED`` rows of the smaller sample.
+    """
+
+    psi: float
+    no_shift: float
+    p_value: float
+
+
+def confidence_shift(baseline_counts: Any, window_counts: Any) -> ConfidenceShift:
+    """Compare two (M,) confidence-bin count vectors (see ``ConfidenceShift``)."""
+    b = float_array(baseline_counts, "baseline_counts", 1)
+    w = float_array(window_counts, "window_counts", 1)
+    psi = population_stability_index(b, w)
+    nb, nw = float(b.sum()), float(w.sum())
+    occupied = int(np.count_nonzero(b + w))
+    scale = 1.0 / nb + 1.0 / nw
+    return ConfidenceShift(psi, (occupied - 1) * scale, _homogeneity_p_value(b, w))
+
+
+def _homogeneity_p_value(b: FloatArray, w: FloatArray) -> float:
+    total = b + w
+    share = min(b.sum(), w.sum()) / total.sum()
+    groups: list[tuple[float, float]] = []
+    pending = np.zeros(2)
+    for pair in np.column_stack([b, w]):
+        pending = pending + pair
+        if pending.sum() * share >= SHIFT_MIN_EXPECTED:
+            groups.append((pending[0], pending[1]))
+            pending = np.zeros(2)
+    if pending.sum() > 0:
+        if groups:
+            last = groups.pop()
+            groups.append((last[0] + pending[0], last[1] + pending[1]))
+        else:
+            groups.append((pending[0], pending[1]))
+    if len(groups) < 2:
+        return 1.0
+    table = np.array(groups).T
+    expected = table.sum(axis=0) * (table.sum(axis=1, keepdims=True) / table.sum())
+    statistic = float(((table - expected) ** 2 / expected).sum())
+    return float(chi2.sf(statistic, len(groups) - 1))
+
+
+@dataclass(frozen=True)
+class ExpectedAccuracy:
+    """Accuracy the still-unlabeled predictions should show when their labels arrive.
+
+    ``value`` is their mean expected correctness (multiclass: top-label confidence; binary: p or
+    1 - p by the predicted side), ``lower``/``upper`` a 95% interval for the accuracy they will
+    show: the Poisson-binomial spread ``sqrt(sum e (1 - e)) / n`` around it. Both assume the
+    calibrator still holds: no label shift and no change in what the scores mean.
+    """
+
+    value: float
+    lower: float
+    upper: float
+    n: int
+
+    @classmethod
+    def of(cls, n: int, expected_sum: float, expected_square_sum: float) -> ExpectedAccuracy:
+        """From the count, sum and sum of squares of the unlabeled rows' expected correctness."""
+        value = expected_sum / n
+        spread = math.sqrt(max(expected_sum - expected_square_sum, 0.0)) / n
+        return cls(
+            value,
+            max(value - 1.959963984540054 * spread, 0.0),
+            min(value + 1.959963984540054 * spread, 1.0),
+            n,
+        )
 
 
 @dataclass(frozen=True)
@@ -137,50 +230,60 @@ class DriftPolicy:
 
 @dataclass(frozen=True)
 class Drift:
-    """Drift measures of a window against the baseline, with the status and its reasons."""
+    """Drift measures of a window against the baseline, with the status and its reasons.
+
+    ``ece_delta`` compares plug-in ECEs, ``ece_debiased_delta`` debiased ones; the status uses
+    the latter with both readings' intervals (module docstring).
+    """
 
     ece_delta: float
+    ece_debiased_delta: float
     nll_delta: float
-    refit_temperature: float | None
-    confidence_psi: float
+    refit_temperature: RefitEstimate | None
+    confidence_shift: ConfidenceShift | None
     prevalence_shift: float
-    expected_accuracy: float | None
+    expected_accuracy: ExpectedAccuracy | None
     status: str
     reasons: tuple[str, ...]
 
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form (NaN becomes None, reasons a list)."""
-
-        def clean(v: float | None) -> float | None:
-            return None if v is None or math.isnan(v) else v
-
+        refit, shift, expected = (
+            self.refit_temperature,
+            self.confidence_shift,
+            self.expected_accuracy,
+        )
         return {
-            "ece_delta": clean(self.ece_delta),
-            "nll_delta": clean(self.nll_delta),
-            "refit_temperature": clean(self.refit_temperature),
-            "confidence_psi": clean(self.confidence_psi),
-            "prevalence_shift": clean(self.prevalence_shift),
-            "expected_accuracy": clean(self.expected_accuracy),
+            "ece_delta": _clean(self.ece_delta),
+            "ece_debiased_delta": _clean(self.ece_debiased_delta),
+            "nll_delta": _clean(self.nll_delta),
+            "refit_temperature": None if refit is None else refit.temperature,
+            "refit_temperature_ci": None if refit is None else list(refit.temperature_ci),
+            "confidence_psi": None if shift is None else _clean(shift.psi),
+            "confidence_psi_no_shift": None if shift is None else _clean(shift.no_shift),
+            "confidence_shift_p_value": None if shift is None else _clean(shift.p_value),
+            "prevalence_shift": _clean(self.prevalence_shift),
+            "expected_accuracy": None if expected is None else expected.value,
+            "expected_accuracy_ci": None if expected is None else [expected.lower, expected.upper],
             "status": self.status,
             "reasons": list(self.reasons),
         }
 
 
-def _aligned_counts(
-    a: tuple[ReliabilityBin, ...], b: tuple[ReliabilityBin, ...]
-) -> tuple[np.ndarray, np.ndarray]:
-    """Counts of both readings over the union of their non-empty bins (missing bins are 0)."""
-    keys = sorted({(x.lo, x.hi) for x in a} | {(x.lo, x.hi) for x in b})
-    for (lo1, hi1), (lo2, _) in itertools.pairwise(keys):
-        if lo2 < hi1 or lo1 == lo2:
+def _clean(v: float | None) -> float | None:
+    return None if v is None or math.isnan(v) else v
+
+
+def _counts_on(edges: Sequence[float], bins: Sequence[ReliabilityBin]) -> np.ndarray:
+    """A reading's bin counts laid out on ``edges`` (M + 1,); refuses bins of other edges."""
+    index = {(lo, hi): m for m, (lo, hi) in enumerate(itertools.pairwise(edges))}
+    counts = np.zeros(len(edges) - 1)
+    for b in bins:
+        m = index.get((b.lo, b.hi))
+        if m is None:
             raise CalibrationInputError("baseline.bins", "window and baseline use different edges")
-    index = {key: i for i, key in enumerate(keys)}
-    ca, cb = np.zeros(len(keys)), np.zeros(len(keys))
-    for x in a:
-        ca[index[(x.lo, x.hi)]] = x.n
-    for x in b:
-        cb[index[(x.lo, x.hi)]] = x.n
-    return ca, cb
+        counts[m] += b.n
+    return counts
 
 
 def assess_drift(
@@ -188,34 +291,42 @@ def assess_drift(
     baseline: Reading,
     policy: DriftPolicy,
     *,
-    refit_temperature: float | None,
-    expected_accuracy: float | None,
+    edges: Sequence[float],
+    confidence_counts: Any = None,
+    refit_temperature: RefitEstimate | None = None,
+    expected_accuracy: ExpectedAccuracy | None = None,
 ) -> Drift:
-    """Compare a window reading with the baseline reading (same task and edges) under a policy.
+    """Compare a window reading with the baseline reading (same task and ``edges``).
 
-    ``confidence_psi`` is the PSI of the window's bin counts against the baseline's;
-    ``prevalence_shift`` the total variation between their label distributions. Both are NaN
-    when either reading is empty. ``refit_temperature`` and ``expected_accuracy`` are passed
-    through (they need rows: see ``fitting.refit_temperature`` and the ``*_expected_accuracy``
-    helpers).
+    ``confidence_counts`` (M,) counts every prediction of the window, labeled or not, per
+    confidence bin (default: the labeled rows' bins); ``confidence_shift`` compares them with
+    the baseline's. ``prevalence_shift`` is the total variation between the label
+    distributions. ``refit_temperature`` and ``expected_accuracy`` are passed through.
     """
     if window.task != baseline.task:
         raise CalibrationInputError("baseline", "window and baseline readings differ in task")
     if len(window.label_counts) != len(baseline.label_counts):
         raise CalibrationInputError("baseline.label_counts", "window and baseline differ in K")
-    psi = shift = _NAN
+    base_counts = _counts_on(edges, baseline.bins)
+    seen = _counts_on(edges, window.bins) if confidence_counts is None else confidence_counts
+    seen = float_array(seen, "confidence_counts", 1)
+    if seen.shape != base_counts.shape:
+        raise CalibrationInputError("confidence_counts", f"must have {base_counts.size} counts")
+    shift = None
+    if seen.sum() > 0 and baseline.n:
+        shift = confidence_shift(base_counts, seen)
+    tv = _NAN
     if window.n and baseline.n:
-        expected, actual = _aligned_counts(baseline.bins, window.bins)
-        psi = population_stability_index(expected, actual)
-        shift = total_variation(baseline.label_counts, window.label_counts)
-    ece_delta = window.ece - baseline.ece
-    status, reasons = _status(window, baseline, policy, ece_delta)
+        tv = total_variation(baseline.label_counts, window.label_counts)
+    base_evidence = bins_inference(baseline.bins)
+    status, reasons = _status(window, base_evidence, policy)
     return Drift(
-        ece_delta=ece_delta,
+        ece_delta=window.ece - baseline.ece,
+        ece_debiased_delta=window.ece_debiased - base_evidence.debiased,
         nll_delta=window.nll - baseline.nll,
         refit_temperature=refit_temperature,
-        confidence_psi=psi,
-        prevalence_shift=shift,
+        confidence_shift=shift,
+        prevalence_shift=tv,
         expected_accuracy=expected_accuracy,
         status=status,
         reasons=reasons,
@@ -223,7 +334,7 @@ def assess_drift(
 
 
 def _status(
-    window: Reading, baseline: Reading, policy: DriftPolicy, ece_delta: float
+    window: Reading, baseline: EceInference, policy: DriftPolicy
 ) -> tuple[str, tuple[str, ...]]:
     if window.n == 0:
         return INSUFFICIENT_DATA, ("no labeled predictions in the window",)
@@ -232,28 +343,42 @@ def _status(
             f"{window.n} labeled predictions in the window, fewer than min_labeled "
             f"{policy.min_labeled}",
         )
-    lower = window.ece_ci[0]
-    rise = lower - baseline.ece
+    lower, upper = window.ece_ci
     alerts = []
     if lower > policy.max_ece:
         alerts.append(
-            f"ECE 95% interval lower bound {lower:.4f} exceeds max_ece {policy.max_ece:.4f}"
+            f"the ECE's 95% interval [{lower:.4f}, {upper:.4f}] lies above max_ece "
+            f"{policy.max_ece:.4f}"
         )
-    if rise > policy.max_ece_increase:
+    if lower - baseline.upper > policy.max_ece_increase:
         alerts.append(
-            f"ECE 95% interval lower bound {lower:.4f} is {rise:.4f} above the baseline ECE "
-            f"{baseline.ece:.4f}, more than max_ece_increase {policy.max_ece_increase:.4f}"
+            f"the ECE's 95% lower bound {lower:.4f} exceeds the baseline's upper bound "
+            f"{baseline.upper:.4f} by {lower - baseline.upper:.4f}, more than max_ece_increase "
+            f"{policy.max_ece_increase:.4f}"
         )
     if alerts:
         return ALERT, tuple(alerts)
     warnings = []
-    if window.ece > policy.max_ece:
-        warnings.append(f"ECE {window.ece:.4f} exceeds max_ece {policy.max_ece:.4f}")
-    if ece_delta > policy.max_ece_increase:
-        warnings.append(
-            f"ECE {window.ece:.4f} is {ece_delta:.4f} above the baseline ECE "
-            f"{baseline.ece:.4f}, more than max_ece_increase {policy.max_ece_increase:.4f}"
-        )
+    p = window.calibration_p_value
+    if p < WARN_P_VALUE:
+        evidence = f"(calibration test p = {p:.2g})"
+        if window.ece_debiased > policy.max_ece:
+            warnings.append(
+                f"debiased ECE {window.ece_debiased:.4f} exceeds max_ece {policy.max_ece:.4f} "
+                f"{evidence}"
+            )
+        rise = window.ece_debiased - baseline.debiased
+        if rise > policy.max_ece_increase:
+            warnings.append(
+                f"debiased ECE {window.ece_debiased:.4f} is {rise:.4f} above the baseline's "
+                f"{baseline.debiased:.4f}, more than max_ece_increase "
+                f"{policy.max_ece_increase:.4f} {evidence}"
+            )
     if warnings:
         return WARN, tuple(warnings)
+    if upper >= CANNOT_TELL_FACTOR * policy.max_ece:
+        return INSUFFICIENT_DATA, (
+            f"the ECE's 95% interval [{lower:.4f}, {upper:.4f}] still admits "
+            f"{CANNOT_TELL_FACTOR:g} x max_ece: the window cannot tell",
+        )
     return OK, ()

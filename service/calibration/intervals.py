@@ -1,7 +1,8 @@
-"""Uncertainty: Wilson intervals for bin frequencies and a bootstrap interval for the ECE.
+"""Uncertainty: Wilson intervals for bin frequencies, and the ECE interval of statistics.
 
 The ECE interval needs only the additive per-bin statistics (counts, sums of confidence, counts
-of successes), so the interval of a rolling window comes from summed buckets without raw rows.
+of successes), so the interval of a rolling window comes from summed buckets without raw rows;
+``ece_inference`` holds the method.
 """
 
 from __future__ import annotations
@@ -11,12 +12,11 @@ from typing import Any
 import numpy as np
 
 from service.calibration._checks import FloatArray
+from service.calibration.ece_inference import infer_ece
 from service.calibration.errors import CalibrationInputError
 from service.calibration.stats import CalibrationStats
 
 Z_95 = 1.959963984540054
-BOOTSTRAP_SEED = 20260218
-BOOTSTRAP_REPLICATES = 1000
 
 
 def wilson_interval(successes: Any, n: Any, z: float = Z_95) -> tuple[FloatArray, FloatArray]:
@@ -45,77 +45,8 @@ def wilson_interval(successes: Any, n: Any, z: float = Z_95) -> tuple[FloatArray
     return lo, hi
 
 
-def ece_interval_from_bins(
-    counts: Any,
-    confidence_sums: Any,
-    success_counts: Any,
-    *,
-    level: float = 0.95,
-    replicates: int = BOOTSTRAP_REPLICATES,
-    seed: int = BOOTSTRAP_SEED,
-    method: str = "basic",
-) -> tuple[float, float]:
-    """Return a bootstrap interval for the ECE from per-bin (M,) statistics.
-
-    Parametric bootstrap with a fixed ``numpy.random.PCG64(seed)`` generator, vectorised over
-    replicates: bin counts ~ Multinomial(N, n_m / N); successes in bin m ~ Binomial(n*_m,
-    observed frequency of bin m); each bin's mean confidence held at its observed value;
-    ECE* = sum_m |n*_m * mean_conf_m - successes*_m| / N, with quantiles q_lo, q_hi at
-    ``(1 -+ level) / 2``.
-
-    ``method="basic"`` (default) returns ``[2 ECE - q_hi, 2 ECE - q_lo]`` clipped to [0, 1]:
-    the plug-in ECE is biased upward and resampling around it adds that bias a second time,
-    which the reflection takes out (docs/calibration.md shows the coverage). ``"percentile"``
-    returns ``[q_lo, q_hi]``. Deterministic for the same inputs; N = 0 gives (nan, nan).
-    """
-    n_m = np.asarray(counts, dtype=np.int64)
-    conf = np.asarray(confidence_sums, dtype=np.float64)
-    hits = np.asarray(success_counts, dtype=np.int64)
-    if not (n_m.ndim == 1 and conf.shape == n_m.shape and hits.shape == n_m.shape):
-        raise CalibrationInputError("counts", "counts, sums and successes must be (M,) arrays")
-    if (n_m < 0).any() or (hits < 0).any() or (hits > n_m).any() or not np.isfinite(conf).all():
-        raise CalibrationInputError("counts", "need 0 <= successes <= counts and finite sums")
-    if not 0.0 < level < 1.0:
-        raise CalibrationInputError("level", "must lie strictly between 0 and 1")
-    if isinstance(replicates, bool) or not isinstance(replicates, int) or replicates < 1:
-        raise CalibrationInputError("replicates", "must be an integer >= 1")
-    if method not in ("basic", "percentile"):
-        raise CalibrationInputError("method", "must be 'basic' or 'percentile'")
-    N = int(n_m.sum())
-    if N == 0:
-        return (float("nan"), float("nan"))
-    keep = n_m > 0
-    size = n_m[keep]
-    mean_conf = conf[keep] / size
-    freq = hits[keep] / size
-    rng = np.random.Generator(np.random.PCG64(seed))
-    draws = rng.multinomial(N, size / N, size=replicates)
-    successes = rng.binomial(draws, freq)
-    replicated = np.abs(draws * mean_conf - successes).sum(axis=1) / N
-    q_lo, q_hi = np.quantile(replicated, [(1.0 - level) / 2.0, (1.0 + level) / 2.0])
-    if method == "percentile":
-        return (float(q_lo), float(q_hi))
-    ece = float(np.abs(conf[keep] - hits[keep]).sum() / N)
-    lo = min(max(2.0 * ece - q_hi, 0.0), 1.0)
-    hi = min(max(2.0 * ece - q_lo, 0.0), 1.0)
-    return (lo, hi)
-
-
-def ece_interval(
-    stats: CalibrationStats,
-    *,
-    level: float = 0.95,
-    replicates: int = BOOTSTRAP_REPLICATES,
-    seed: int = BOOTSTRAP_SEED,
-    method: str = "basic",
-) -> tuple[float, float]:
-    """Return the bootstrap ECE interval of ``stats`` (see ``ece_interval_from_bins``)."""
-    return ece_interval_from_bins(
-        stats.bin_count,
-        stats.bin_confidence_sum,
-        stats.bin_correct_sum,
-        level=level,
-        replicates=replicates,
-        seed=seed,
-        method=method,
-    )
+def ece_interval(stats: CalibrationStats, *, level: float = 0.95) -> tuple[float, float]:
+    """Return the interval for the true binned ECE of ``stats`` (see ``ece_inference``)."""
+    return infer_ece(
+        stats.bin_count, stats.bin_confidence_sum, stats.bin_correct_sum, level=level
+    ).interval

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from service.calibration.refit import N_KNOTS
 from service.calibration.stats import BINARY, CalibrationStats, empty_stats
 
 _SCALARS = ("n", "nll_sum", "brier_sum", "correct_sum", "confidence_sum")
@@ -44,13 +45,18 @@ _INTEGER = {
 
 @dataclass(frozen=True)
 class StatsLayout:
-    """Everything but the numbers: which fields a vector holds and their shapes."""
+    """Everything but the numbers: which fields a vector holds and their shapes.
+
+    With ``refit``, the vector ends with the (3, J) refit-temperature knot sums of
+    ``service.calibration.refit`` (flattened, loss first), after the statistics.
+    """
 
     task: str
     edges: tuple[float, ...]
     n_classes: int
     classwise: bool = True
     threshold: float = 0.5
+    refit: bool = False
 
     def empty(self) -> CalibrationStats:
         return empty_stats(
@@ -62,9 +68,14 @@ class StatsLayout:
         )
 
     @property
+    def stats_size(self) -> int:
+        """Length of the statistics part of a packed vector."""
+        return pack(self.empty()).size
+
+    @property
     def size(self) -> int:
         """Length of a packed vector."""
-        return pack(self.empty()).size
+        return self.stats_size + (3 * N_KNOTS if self.refit else 0)
 
 
 def pack(stats: CalibrationStats) -> np.ndarray:
@@ -75,6 +86,14 @@ def pack(stats: CalibrationStats) -> np.ndarray:
         if value is not None:
             parts.append(np.asarray(value, dtype=np.float64).ravel())
     return np.concatenate(parts)
+
+
+def unpack_knots(vector: np.ndarray, layout: StatsLayout) -> np.ndarray:
+    """The (3, J) refit knot sums at the end of a packed vector of a ``refit`` layout."""
+    vector = np.asarray(vector, dtype=np.float64)
+    if not layout.refit or vector.shape != (layout.size,):
+        raise ValueError(f"packed vector of {vector.size} values has no refit knots")
+    return vector[layout.stats_size :].reshape(3, N_KNOTS)
 
 
 def unpack(vector: np.ndarray, layout: StatsLayout) -> CalibrationStats:

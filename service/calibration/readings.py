@@ -33,8 +33,9 @@ from service.calibration.calibrators import (
     binary_probabilities,
     temperature_of,
 )
+from service.calibration.ece_inference import EceInference, infer_ece
 from service.calibration.errors import CalibrationInputError
-from service.calibration.intervals import ece_interval, wilson_interval
+from service.calibration.intervals import wilson_interval
 from service.calibration.stats import (
     BINARY,
     MULTICLASS,
@@ -44,6 +45,9 @@ from service.calibration.stats import (
 )
 
 _NAN = float("nan")
+#: ``mce`` looks only at bins holding at least this many rows: a bin of n rows has a gap whose
+#: noise alone is up to ``0.5 / sqrt(n)``, so the largest gap of a few tiny bins says nothing.
+MCE_MIN_ROWS = 50
 
 
 @dataclass(frozen=True)
@@ -78,9 +82,12 @@ class ReliabilityBin:
 class Reading:
     """Calibration metrics of N labeled predictions (see docs/calibration.md for definitions).
 
-    Common: ``ece`` and its bootstrap ``ece_ci``, ``mce`` (largest bin gap), ``nll`` (mean
-    natural-log loss), ``brier`` (multiclass in [0, 2], binary in [0, 1]), ``accuracy``,
-    ``mean_confidence`` (binary: mean p), ``bins`` (non-empty bins only), ``label_counts``.
+    Common: ``ece`` (the plug-in binned ECE), ``ece_debiased`` and ``ece_ci`` (its 95% interval)
+    for the true binned ECE, ``calibration_p_value`` (of "every bin is calibrated"), ``mce``
+    (largest gap among bins of at least ``MCE_MIN_ROWS`` rows; NaN if none) and ``mce_n`` (that
+    bin's rows), ``nll`` (mean natural-log loss), ``brier`` (multiclass in [0, 2], binary in
+    [0, 1]), ``accuracy``, ``mean_confidence`` (binary: mean p), ``bins`` (non-empty bins only),
+    ``label_counts``. See ``ece_inference`` for the estimate, interval and test.
     Multiclass: ``classwise_ece`` (None without classwise tables). Binary: ``auc``,
     ``prevalence``, ``mean_score``, ``threshold`` and ``expected_cost`` (None without costs).
     """
@@ -88,8 +95,11 @@ class Reading:
     task: str
     n: int
     ece: float
+    ece_debiased: float
     ece_ci: tuple[float, float]
+    calibration_p_value: float
     mce: float
+    mce_n: int | None
     nll: float
     brier: float
     accuracy: float
@@ -108,8 +118,11 @@ class Reading:
         out: dict[str, Any] = {
             "n": self.n,
             "ece": _json(self.ece),
+            "ece_debiased": _json(self.ece_debiased),
             "ece_ci": [_json(self.ece_ci[0]), _json(self.ece_ci[1])],
+            "calibration_p_value": _json(self.calibration_p_value),
             "mce": _json(self.mce),
+            "mce_n": self.mce_n,
             "nll": _json(self.nll),
             "brier": _json(self.brier),
             "accuracy": _json(self.accuracy),
@@ -129,7 +142,7 @@ class Reading:
             raise CalibrationInputError(field, "must be an object")
         task = BINARY if "auc" in d else MULTICLASS
         extra = _BINARY_KEYS if task == BINARY else _MULTICLASS_KEYS
-        allowed = set(_COMMON_KEYS) | set(extra)
+        allowed = set(_COMMON_KEYS) | set(_INFERRED_KEYS) | set(extra)
         for key in d:
             if key not in allowed:
                 raise CalibrationInputError(f"{field}.{key}", "is not a reading field")
@@ -157,6 +170,17 @@ class Reading:
                 if raw is None and key == "expected_cost"
                 else _number_or_nan(raw, f"{field}.{key}")
             )
+        parsed_bins = tuple(_bin_from_dict(b, f"{field}.bins[{i}]") for i, b in enumerate(bins))
+        if any(key not in d for key in ("ece_debiased", "calibration_p_value")):
+            inferred = bins_inference(parsed_bins)
+            values["ece_debiased"] = inferred.debiased
+            values["calibration_p_value"] = inferred.p_value
+        else:
+            values["ece_debiased"] = _number_or_nan(d["ece_debiased"], f"{field}.ece_debiased")
+            values["calibration_p_value"] = _number_or_nan(
+                d["calibration_p_value"], f"{field}.calibration_p_value"
+            )
+        mce_n = d.get("mce_n")
         return cls(
             task=task,
             n=n,
@@ -164,7 +188,8 @@ class Reading:
                 _number_or_nan(ci[0], f"{field}.ece_ci"),
                 _number_or_nan(ci[1], f"{field}.ece_ci"),
             ),
-            bins=tuple(_bin_from_dict(b, f"{field}.bins[{i}]") for i, b in enumerate(bins)),
+            mce_n=None if mce_n is None else _whole(mce_n, f"{field}.mce_n"),
+            bins=parsed_bins,
             label_counts=tuple(_whole(c, f"{field}.label_counts") for c in counts),
             **values,
         )
@@ -182,6 +207,8 @@ _COMMON_KEYS = (
     "bins",
     "label_counts",
 )
+#: Written by ``to_dict``; readings stored before they existed are read back without them.
+_INFERRED_KEYS = ("ece_debiased", "calibration_p_value", "mce_n")
 _MULTICLASS_KEYS = ("classwise_ece",)
 _BINARY_KEYS = ("auc", "prevalence", "mean_score", "threshold", "expected_cost")
 _BIN_KEYS = ("lo", "hi", "n", "mean_confidence", "accuracy", "ci")
@@ -215,6 +242,19 @@ def _bin_from_dict(d: Any, field: str) -> ReliabilityBin:
         accuracy=finite_number(d["accuracy"], f"{field}.accuracy"),
         ci_lower=finite_number(ci[0], f"{field}.ci"),
         ci_upper=finite_number(ci[1], f"{field}.ci"),
+    )
+
+
+def bins_inference(bins: tuple[ReliabilityBin, ...]) -> EceInference:
+    """Infer the true binned ECE from a reading's listed bins (counts, means, frequencies).
+
+    Each bin's successes are ``round(accuracy * n)``, exact for a frequency written as k / n.
+    """
+    counts = np.array([b.n for b in bins], dtype=np.float64)
+    return infer_ece(
+        counts,
+        np.array([b.mean_confidence for b in bins]) * counts,
+        np.rint(np.array([b.accuracy for b in bins]) * counts),
     )
 
 
@@ -297,12 +337,18 @@ def reading_from_stats(
         for i, m in enumerate(occupied)
     )
     per_n = (lambda x: x / N) if N else (lambda x: _NAN)
+    inferred = infer_ece(counts, stats.bin_confidence_sum, stats.bin_correct_sum)
+    trusted = np.flatnonzero(size >= MCE_MIN_ROWS)
+    worst = int(trusted[np.argmax(gaps[trusted] / size[trusted])]) if trusted.size else None
     common: dict[str, Any] = {
         "task": stats.task,
         "n": N,
         "ece": per_n(float(gaps.sum())),
-        "ece_ci": ece_interval(stats),
-        "mce": float((gaps / size).max()) if N else _NAN,
+        "ece_debiased": inferred.debiased,
+        "ece_ci": inferred.interval,
+        "calibration_p_value": inferred.p_value,
+        "mce": _NAN if worst is None else float(gaps[worst] / size[worst]),
+        "mce_n": None if worst is None else int(size[worst]),
         "nll": per_n(stats.nll_sum),
         "brier": per_n(stats.brier_sum),
         "accuracy": per_n(float(stats.correct_sum)),

@@ -504,6 +504,23 @@ def binary_stats(
     return _stats_of(terms, _reduce(terms, None, 1), 0)
 
 
+def row_nll(task: str, inputs: Any, labels: Any, calibrator: Calibrator) -> FloatArray:
+    """Return the (N,) per-row ``-log p_y`` (nats) of the rows under ``calibrator``.
+
+    ``inputs``: (N, K) logits for ``task="multiclass"``, (N,) scores in [0, 1] for ``"binary"``;
+    computed exactly as the statistics' ``nll_sum`` terms.
+    """
+    e = default_edges(1)
+    if task == MULTICLASS:
+        z = logit_matrix(inputs)
+        y = class_labels(labels, z.shape[0], z.shape[1])
+        return _multiclass_terms(z, y, e, temperature_of(calibrator), False).nll
+    if task == BINARY:
+        s = unit_scores(inputs)
+        return _binary_terms(s, class_labels(labels, s.shape[0], 2), e, calibrator, 0.5).nll
+    raise CalibrationInputError("task", f"must be {MULTICLASS!r} or {BINARY!r}, got {task!r}")
+
+
 def _threshold(threshold: float) -> float:
     tau = finite_number(threshold, "threshold")
     if not 0.0 <= tau <= 1.0:

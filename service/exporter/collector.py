@@ -21,9 +21,14 @@ LABELS = ["model", "contract_version", "cohort", "window"]
 
 #: (metric name, key in the stored values, help text). Ratios are in 0..1.
 GAUGES = (
-    ("calmon_ece", "ece", "Expected calibration error of labeled predictions (0..1)."),
-    ("calmon_ece_ci_lower", "ece_ci_lower", "Lower bound of the ECE's 95% interval."),
-    ("calmon_ece_ci_upper", "ece_ci_upper", "Upper bound of the ECE's 95% interval."),
+    ("calmon_ece", "ece", "Plug-in expected calibration error of labeled predictions (0..1)."),
+    (
+        "calmon_ece_debiased",
+        "ece_debiased",
+        "Debiased (median-unbiased) estimate of the true binned ECE (0..1).",
+    ),
+    ("calmon_ece_ci_lower", "ece_ci_lower", "Lower bound of the true ECE's 95% interval."),
+    ("calmon_ece_ci_upper", "ece_ci_upper", "Upper bound of the true ECE's 95% interval."),
     ("calmon_nll", "nll", "Mean negative log-likelihood (natural log) of labeled predictions."),
     ("calmon_brier", "brier", "Mean Brier score (multiclass 0..2, binary 0..1)."),
     ("calmon_accuracy", "accuracy", "Accuracy of labeled predictions (0..1)."),
@@ -40,7 +45,8 @@ GAUGES = (
     (
         "calmon_confidence_psi",
         "confidence_psi",
-        "Population stability index of the window's bin counts against the baseline's.",
+        "Population stability index of the window's confidence-bin counts (labeled or not)"
+        " against the baseline's.",
     ),
     (
         "calmon_expected_accuracy",

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import numpy as np
-from sqlalchemy import and_, bindparam, func, or_, select, tuple_, update
+from sqlalchemy import and_, bindparam, delete, func, or_, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -18,13 +19,20 @@ from service.windows import RESOLUTION_HOUR
 BucketKey = tuple[str, str, datetime, str]
 
 
+#: The float64 vectors a bucket keeps as blobs, added element-wise.
+VECTORS = ("confidence_counts", "stats")
+
+
 @dataclass
 class BucketDelta:
-    """What a batch adds to one bucket; ``stats`` is a packed statistics vector, or None."""
+    """What a batch adds to one bucket; ``stats`` is a packed statistics vector and
+    ``confidence_counts`` the (M,) counts of new predictions per confidence bin, or None."""
 
     n_predictions: int = 0
     n_labeled: int = 0
     unlabeled_expected_correct: float = 0.0
+    unlabeled_expected_square: float = 0.0
+    confidence_counts: np.ndarray | None = None
     stats: np.ndarray | None = None
 
 
@@ -36,6 +44,8 @@ class BucketTotals:
     n_predictions: int
     n_labeled: int
     unlabeled_expected_correct: float
+    unlabeled_expected_square: float
+    confidence_counts: np.ndarray | None
     stats: np.ndarray | None
 
 
@@ -48,7 +58,7 @@ def apply_deltas(session: Session, model: str, deltas: Mapping[BucketKey, Bucket
 
     Keys are applied in sorted order, so concurrent writers lock bucket rows in the same order
     and cannot deadlock; the counters are added by the database (``ON CONFLICT DO UPDATE``) and
-    the statistics vectors under the row lock that upsert holds until commit.
+    the vectors (``VECTORS``) under the row lock that upsert holds until commit.
     """
     if not deltas:
         return
@@ -65,6 +75,8 @@ def apply_deltas(session: Session, model: str, deltas: Mapping[BucketKey, Bucket
                 "n_labeled": table.c.n_labeled + insert.excluded.n_labeled,
                 "unlabeled_expected_correct": table.c.unlabeled_expected_correct
                 + insert.excluded.unlabeled_expected_correct,
+                "unlabeled_expected_square": table.c.unlabeled_expected_square
+                + insert.excluded.unlabeled_expected_square,
             },
         ),
         [
@@ -77,13 +89,15 @@ def apply_deltas(session: Session, model: str, deltas: Mapping[BucketKey, Bucket
                 "n_predictions": deltas[k].n_predictions,
                 "n_labeled": deltas[k].n_labeled,
                 "unlabeled_expected_correct": deltas[k].unlabeled_expected_correct,
+                "unlabeled_expected_square": deltas[k].unlabeled_expected_square,
+                "confidence_counts": None,
                 "stats": None,
             }
             for k in keys
         ],
     )
-    with_stats = [k for k in keys if deltas[k].stats is not None]
-    if not with_stats:
+    with_vectors = [k for k in keys if any(getattr(deltas[k], v) is not None for v in VECTORS)]
+    if not with_vectors:
         return
     pk = tuple_(
         CalibrationBucket.slice,
@@ -92,32 +106,28 @@ def apply_deltas(session: Session, model: str, deltas: Mapping[BucketKey, Bucket
         CalibrationBucket.contract_id,
     )
     current = {
-        (r.slice, r.resolution, r.bucket_start, r.contract_id): r.stats
+        (r.slice, r.resolution, r.bucket_start, r.contract_id): r
         for r in session.execute(
             select(
                 CalibrationBucket.slice,
                 CalibrationBucket.resolution,
                 CalibrationBucket.bucket_start,
                 CalibrationBucket.contract_id,
+                CalibrationBucket.confidence_counts,
                 CalibrationBucket.stats,
-            ).where(CalibrationBucket.model == model, pk.in_(with_stats))
+            ).where(CalibrationBucket.model == model, pk.in_(with_vectors))
         )
     }
     updates = []
-    for k in with_stats:
-        added = deltas[k].stats
-        assert added is not None
-        stored = _decode(current.get(k))
-        total = added if stored is None else stored + added
-        updates.append(
-            {
-                "b_slice": k[0],
-                "b_resolution": k[1],
-                "b_start": k[2],
-                "b_contract": k[3],
-                "stats": np.ascontiguousarray(total, "<f8").tobytes(),
-            }
-        )
+    for k in with_vectors:
+        row: dict[str, Any] = {"b_slice": k[0], "b_resolution": k[1], "b_start": k[2]}
+        row["b_contract"] = k[3]
+        for name in VECTORS:
+            stored = _decode(getattr(current[k], name))
+            added = getattr(deltas[k], name)
+            total = stored if added is None else added if stored is None else stored + added
+            row[name] = None if total is None else np.ascontiguousarray(total, "<f8").tobytes()
+        updates.append(row)
     session.execute(
         update(table)
         .where(
@@ -127,7 +137,7 @@ def apply_deltas(session: Session, model: str, deltas: Mapping[BucketKey, Bucket
             table.c.bucket_start == bindparam("b_start"),
             table.c.contract_id == bindparam("b_contract"),
         )
-        .values(stats=bindparam("stats")),
+        .values({name: bindparam(name) for name in VECTORS}),
         updates,
     )
 
@@ -152,6 +162,8 @@ def window_totals(
             CalibrationBucket.n_predictions,
             CalibrationBucket.n_labeled,
             CalibrationBucket.unlabeled_expected_correct,
+            CalibrationBucket.unlabeled_expected_square,
+            CalibrationBucket.confidence_counts,
             CalibrationBucket.stats,
         ).where(CalibrationBucket.model == model, CalibrationBucket.slice == slice_, ranges)
     )
@@ -161,10 +173,17 @@ def window_totals(
             int(r.n_predictions),
             int(r.n_labeled),
             float(r.unlabeled_expected_correct),
+            float(r.unlabeled_expected_square),
+            _decode(r.confidence_counts),
             _decode(r.stats),
         )
         for r in rows
     ]
+
+
+def delete_model_buckets(session: Session, model: str) -> None:
+    """Remove every bucket of ``model`` (before rebuilding them from stored rows)."""
+    session.execute(delete(CalibrationBucket).where(CalibrationBucket.model == model))
 
 
 def slice_counts(session: Session, model: str) -> list[tuple[str, int, int]]:

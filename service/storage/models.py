@@ -263,9 +263,11 @@ class CalibrationBucket(Base):
     """Additive statistics of one (model, slice, resolution, bucket, contract).
 
     ``resolution`` is ``5m`` or ``1h``; ``bucket_start`` the bucket's UTC start by
-    prediction event time. ``stats`` packs the labeled predictions' ``CalibrationStats`` as
-    float64 (see ``service.calibration.packing``); ``unlabeled_expected_correct`` sums what each
-    still-unlabeled prediction expects its correctness to be (its calibrated confidence).
+    prediction event time. ``stats`` packs the labeled predictions' ``CalibrationStats`` and
+    their refit-temperature knot sums as float64 (see ``service.calibration.packing``);
+    ``confidence_counts`` counts every prediction, labeled or not, per confidence bin (float64,
+    M values); ``unlabeled_expected_correct`` and ``unlabeled_expected_square`` sum what each
+    still-unlabeled prediction expects its correctness to be, and its square.
     """
 
     __tablename__ = "calibration_buckets"
@@ -279,6 +281,8 @@ class CalibrationBucket(Base):
     n_predictions: Mapped[int] = mapped_column(BigInteger, default=0)
     n_labeled: Mapped[int] = mapped_column(BigInteger, default=0)
     unlabeled_expected_correct: Mapped[float] = mapped_column(Float, default=0.0)
+    unlabeled_expected_square: Mapped[float] = mapped_column(Float, default=0.0)
+    confidence_counts: Mapped[bytes | None] = mapped_column(LargeBinary)
     stats: Mapped[bytes | None] = mapped_column(LargeBinary)
 
 
@@ -318,3 +322,16 @@ class RefreshLease(Base):
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     holder: Mapped[str] = mapped_column(String(200))
     expires_at: Mapped[datetime]
+
+
+class MaintenanceTask(Base):
+    """Work a migration leaves for ``calmon migrate`` to run with the application's code.
+
+    ``rebuild_buckets`` recomputes every bucket from the stored predictions and labels when
+    the statistics a bucket keeps change. While a task is pending the service is not ready.
+    """
+
+    __tablename__ = "maintenance_tasks"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    requested_at: Mapped[datetime]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -249,89 +248,6 @@ def record_labels(
     return joined, len(rows) - len(joined_rows), stored
 
 
-#: At most this many recent labels (or window predictions) are looked at for one sample.
-SAMPLE_SCAN = 100_000
-
-
-def labeled_sample(
-    session: Session,
-    model: str,
-    contract_id: str,
-    slice_: str | None,
-    start: datetime,
-    end: datetime,
-    limit: int,
-) -> list[tuple[bytes, int]]:
-    """Up to ``limit`` labeled predictions of a contract and slice in ``[start, end)``.
-
-    ``slice_`` None means every prediction (the ``all`` slice). Returns ``(inputs, label)`` pairs.
-    First the window's newest predictions, walked through the (model, ts) index with each label
-    probed by primary key: cheap while most of them are labeled. When that walk (at most
-    ``4 * limit`` predictions) finds fewer than ``limit``, because labels lag behind, walk the
-    model's most recent labels instead (index on ``labels(model, ts)``, at most ``SAMPLE_SCAN``)
-    and probe their predictions; the larger sample wins. Probes are fenced with ``OFFSET 0`` on
-    PostgreSQL so stale statistics cannot turn them into a full hash join.
-    """
-    postgres = session.get_bind().dialect.name == "postgresql"
-    params: dict[str, Any] = {
-        "model": model,
-        "contract": contract_id,
-        "start": start,
-        "end": end,
-        "limit": limit,
-        "scan": SAMPLE_SCAN,
-        "window_scan": 4 * limit,
-    }
-    if slice_ is not None:
-        escaped = json.dumps(slice_).replace("!", "!!").replace("%", "!%").replace("_", "!_")
-        params["slice"] = f"%{escaped}%"
-
-    def window_filter(alias: str = "") -> str:
-        parts = [f"{alias}contract_id = :contract", f"{alias}ts >= :start", f"{alias}ts < :end"]
-        if slice_ is not None:
-            parts.append(f"{alias}slices LIKE :slice ESCAPE '!'")
-        return " AND ".join(parts)
-
-    where = window_filter()
-    window = " AND ts >= :start AND ts < :end"
-    fence = " OFFSET 0" if postgres else ""
-    recent_labels = (
-        "SELECT id, label FROM labels WHERE model = :model AND joined ORDER BY ts DESC LIMIT :scan"
-    )
-    window_predictions = (
-        f"SELECT id, inputs FROM predictions WHERE model = :model AND {where}"
-        " ORDER BY ts DESC LIMIT :window_scan"
-    )
-    if postgres:
-        by_labels = (
-            f"SELECT p.inputs, l.label FROM ({recent_labels}) l CROSS JOIN LATERAL"
-            f" ({_prediction_by_id('l.id', 'inputs', window, f' AND {where}')}) p"
-            " LIMIT :limit"
-        )
-        by_predictions = (
-            f"SELECT p.inputs, l.label FROM ({window_predictions}) p CROSS JOIN LATERAL (SELECT"
-            f" label FROM labels WHERE model = :model AND id = p.id AND joined{fence}) l"
-            " LIMIT :limit"
-        )
-    else:
-        by_labels = (
-            f"SELECT p.inputs, l.label FROM ({recent_labels}) l JOIN prediction_keys k"
-            f" ON k.model = :model AND k.id = l.id {_PAYLOAD_OF_KEY}"
-            f" WHERE {window_filter('p.')} LIMIT :limit"
-        )
-        by_predictions = (
-            f"SELECT p.inputs, l.label FROM ({window_predictions}) p JOIN labels l"
-            " ON l.model = :model AND l.id = p.id AND l.joined LIMIT :limit"
-        )
-    binds = (bindparam("start", type_=_TS), bindparam("end", type_=_TS))
-    sample = session.execute(text(by_predictions).bindparams(*binds), params).all()
-    if len(sample) < limit:
-        recent = session.execute(text(by_labels).bindparams(*binds), params).all()
-        if len(recent) > len(sample):
-            sample = recent
-    return [(bytes(row[0]), int(row[1])) for row in sample]
-
-
 def sweep_waiting_labels(session: Session, model: str) -> JoinedLabels:
     """Join waiting labels whose prediction is stored after all.
 
@@ -373,4 +289,47 @@ def sweep_waiting_labels(session: Session, model: str) -> JoinedLabels:
         slices=list(cols[5]),
         inputs=[bytes(b) for b in cols[6]],
         labels=np.array(cols[1], dtype=np.int64),
+    )
+
+
+@dataclass(frozen=True)
+class StoredPredictions:
+    """A page of a model's stored predictions in (ts, id) order, with their joined labels.
+
+    ``labels`` holds the class index of a joined label, -1 for a prediction still unlabeled;
+    ``last`` is the (ts, id) to continue after.
+    """
+
+    contract_ids: list[str]
+    seconds: np.ndarray
+    slices: list[str]
+    inputs: list[bytes]
+    labels: np.ndarray
+    last: tuple[datetime, str] | None
+
+
+def predictions_page(
+    session: Session, model: str, after: tuple[datetime, str] | None, limit: int
+) -> StoredPredictions:
+    """Up to ``limit`` predictions of ``model`` after ``after`` in (ts, id) order (keyset walk)."""
+    where = "p.model = :model"
+    params: dict[str, Any] = {"model": model, "limit": limit}
+    if after is not None:
+        where += " AND (p.ts > :ts OR (p.ts = :ts AND p.id > :id))"
+        params["ts"], params["id"] = after
+    query = text(
+        f"SELECT p.ts, p.id, p.contract_id, {_epoch(session, 'p.ts')}, p.slices, p.inputs,"
+        " l.label FROM predictions p LEFT JOIN labels l ON l.model = p.model AND"
+        f" l.id = p.id AND l.joined WHERE {where} ORDER BY p.ts, p.id LIMIT :limit"
+    ).columns(ts=_TS)
+    if after is not None:
+        query = query.bindparams(bindparam("ts", type_=_TS))
+    rows = session.execute(query, params).all()
+    return StoredPredictions(
+        contract_ids=[r[2] for r in rows],
+        seconds=np.array([r[3] for r in rows], dtype=np.int64),
+        slices=[r[4] for r in rows],
+        inputs=[bytes(r[5]) for r in rows],
+        labels=np.array([-1 if r[6] is None else r[6] for r in rows], dtype=np.int64),
+        last=(rows[-1][0], rows[-1][1]) if rows else None,
     )

@@ -24,6 +24,7 @@ DEPLOY = ROOT / "deploy"
 GAUGES = frozenset(
     {
         "calmon_ece",
+        "calmon_ece_debiased",
         "calmon_ece_ci_lower",
         "calmon_ece_ci_upper",
         "calmon_nll",

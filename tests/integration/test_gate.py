@@ -107,19 +107,46 @@ def test_a_calibrated_model_passes_and_decisions_are_stored(
     decision = gate(client, auth, contract_id=contract["id"], policy=policy)
     assert decision["decision"] == "pass", decision["checks"]
     assert checks_of(decision)["eval_ece_ci_upper"]["threshold"] == 0.08
-    strict = gate(client, auth, contract_id=contract["id"], policy={**policy, "max_ece": 0.0001})
+    evidence = decision["evidence"]
+    assert evidence["ece_ci"][0] <= evidence["ece_debiased"] <= evidence["ece"]
+    assert evidence["nll_difference"]["tolerance"] > 0
+    lenient = gate(client, auth, contract_id=contract["id"], policy={**policy, "max_ece": 0.0001})
+    assert lenient["decision"] == "pass", "a calibrated set shows no miscalibration to fail on"
+    assert "does not show miscalibration" in checks_of(lenient)["eval_ece"]["message"]
+    strict = gate(
+        client, auth, contract_id=contract["id"], policy={**policy, "max_ece_ci_upper": 0.001}
+    )
     assert strict["decision"] == "fail"
-    assert not checks_of(strict)["eval_ece"]["passed"]
+    assert not checks_of(strict)["eval_ece_ci_upper"]["passed"]
     listed = client.get(
         f"/v1/gate/decisions?contract_id={contract['id']}", headers=auth.headers("reader")
     ).get_json()["decisions"]
-    assert [d["id"] for d in listed] == [strict["id"], decision["id"]]
-    assert listed[1]["evidence"] == decision["evidence"]
+    assert [d["id"] for d in listed] == [strict["id"], lenient["id"], decision["id"]]
+    assert listed[2]["evidence"] == decision["evidence"]
     by_model = client.get("/v1/gate/decisions?model=big", headers=auth.headers()).get_json()
-    assert len(by_model["decisions"]) == 2
+    assert len(by_model["decisions"]) == 3
     events = client.get("/v1/audit/events?type=gate_decided", headers=auth.headers()).get_json()
-    assert [e["details"]["decision"] for e in events["events"]] == ["pass", "fail"]
-    assert events["events"][1]["details"]["failed_checks"] == ["eval_ece"]
+    assert [e["details"]["decision"] for e in events["events"]] == ["pass", "pass", "fail"]
+    assert events["events"][2]["details"]["failed_checks"] == ["eval_ece_ci_upper"]
+
+
+def test_the_gate_fails_a_miscalibrated_set_and_a_harmful_calibrator(
+    client: FlaskClient, auth: Auth
+) -> None:
+    fit_set, eval_set, _ = calibrated_sets(2000, seed=4, sharpen=2.0)
+    contract = fitted(client, auth, fit_body("drifting", fit=fit_set, eval=eval_set))
+    policy = {"max_ece": 0.05, "min_eval_samples": 500}
+    _, sharper, _ = calibrated_sets(3000, seed=5, sharpen=4.0)
+    over = gate(client, auth, contract_id=contract["id"], evaluation=sharper, policy=policy)
+    ece = checks_of(over)["eval_ece"]
+    assert not ece["passed"] and ece["observed"] > 0.05 and "shows miscalibration" in ece["message"]
+    assert checks_of(over)["nll_improvement"]["passed"]
+    _, softer, _ = calibrated_sets(3000, seed=6, sharpen=0.7)
+    harmed = checks_of(
+        gate(client, auth, contract_id=contract["id"], evaluation=softer, policy=policy)
+    )["nll_improvement"]
+    assert not harmed["passed"]
+    assert harmed["observed"]["lower_bound"] > harmed["threshold"] > 0
 
 
 def test_a_fresh_evaluation_set_is_measured_and_the_fit_set_is_refused(

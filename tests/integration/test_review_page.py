@@ -126,6 +126,14 @@ def test_the_review_page_in_a_browser(served: Served, browser: Browser) -> None:
         browser.evaluate("document.querySelector('#ece').textContent")
         == f"{api['metrics']['ece']:.4f}"
     )
+    assert (
+        browser.evaluate("document.querySelector('#ece-debiased').textContent")
+        == f"{api['metrics']['ece_debiased']:.4f}"
+    )
+    lo, hi = api["metrics"]["ece_ci"]
+    assert browser.evaluate("document.querySelector('#ece-ci').textContent") == (
+        f"{lo:.4f} \u2013 {hi:.4f}"
+    )
     assert browser.evaluate("document.querySelectorAll('svg g.bin').length") == len(
         api["bins"]
     ) + len(api["baseline"]["bins"])

@@ -50,7 +50,8 @@ def test_single_row():
     r = multiclass_reading([[0.0, 1.0, 2.0]], [2], default_edges())
     p = softmax([[0.0, 1.0, 2.0]])[0]
     assert r.n == 1 and r.accuracy == 1.0
-    assert r.ece == pytest.approx(1 - p[2], abs=1e-15) == r.mce
+    assert r.ece == pytest.approx(1 - p[2], abs=1e-15)
+    assert math.isnan(r.mce) and r.mce_n is None
     assert len(r.bins) == 1 and r.bins[0].n == 1
     b = binary_reading([0.7], [1], default_edges())
     assert b.ece == pytest.approx(0.3, abs=1e-15)
@@ -155,7 +156,9 @@ def test_bad_edges(edges):
 
 def test_single_bin_edges_are_valid():
     r = multiclass_reading([[1.0, 0.0], [0.0, 3.0]], [0, 0], [0, 1])
-    assert len(r.bins) == 1 and r.mce == r.ece
+    assert len(r.bins) == 1 and math.isnan(r.mce)
+    big = multiclass_reading(np.tile([[1.0, 0.0], [0.0, 3.0]], (30, 1)), [0, 0] * 30, [0, 1])
+    assert big.mce == big.ece and big.mce_n == 60
 
 
 def test_assign_bins_refuses_values_outside_unit_interval():
