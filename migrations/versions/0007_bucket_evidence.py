@@ -37,9 +37,7 @@ def upgrade() -> None:
     )
     with op.batch_alter_table("calibration_buckets", schema=None) as batch_op:
         batch_op.add_column(
-            sa.Column(
-                "unlabeled_expected_square", sa.Float(), nullable=False, server_default="0"
-            )
+            sa.Column("unlabeled_expected_square", sa.Float(), nullable=False, server_default="0")
         )
         batch_op.add_column(sa.Column("confidence_counts", sa.LargeBinary(), nullable=True))
     bind = op.get_bind()
