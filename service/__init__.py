@@ -20,9 +20,11 @@ def create_app(config: Mapping[str, Any] | Settings | None = None) -> Flask:
     from service.api.errors import register_error_handlers
     from service.api.request_log import init_request_log
     from service.api.session import init_session_handling
+    from service.audit import AuditKeyring
     from service.exporter.endpoint import init_metrics
     from service.logging import configure_logging
     from service.refresh import Refresher
+    from service.storage.audit import bind_keyring
     from service.storage.database import Database
 
     settings = config if isinstance(config, Settings) else load_settings(config)
@@ -35,6 +37,7 @@ def create_app(config: Mapping[str, Any] | Settings | None = None) -> Flask:
     )
     app.json.sort_keys = False  # type: ignore[attr-defined]
     database = Database(settings.database_url)
+    bind_keyring(database.sessions, AuditKeyring.from_setting(settings.audit_key))
     app.extensions["calmon.database"] = database
     init_session_handling(app)
     init_request_log(app)

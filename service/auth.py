@@ -1,4 +1,9 @@
-"""Bearer tokens and roles: who may do what. No Flask, no SQL."""
+"""Bearer tokens, review-page sessions and roles: who may do what. No Flask, no SQL.
+
+Roles: ``reader`` may read (every GET, the review pages); ``ingest`` may post predictions and
+labels; ``gate`` may read and ask the review gate (what a CI pipeline needs, and nothing that
+changes a contract); ``admin`` may do everything.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass
+from datetime import timedelta
 from enum import StrEnum
 
 TOKEN_PREFIX = "calmon_"
@@ -15,18 +21,21 @@ BOOTSTRAP_ADMIN_NAME = "bootstrap-admin"
 class Role(StrEnum):
     READER = "reader"
     INGEST = "ingest"
+    GATE = "gate"
     ADMIN = "admin"
 
 
 class Permission(StrEnum):
     READ = "read"
     INGEST = "ingest"
+    GATE = "gate"
     ADMIN = "admin"
 
 
 GRANTS: dict[Role, frozenset[Permission]] = {
     Role.READER: frozenset({Permission.READ}),
     Role.INGEST: frozenset({Permission.INGEST}),
+    Role.GATE: frozenset({Permission.READ, Permission.GATE}),
     Role.ADMIN: frozenset(Permission),
 }
 
@@ -58,3 +67,28 @@ def token_digest(token: str) -> str:
 def digests_match(a: str, b: str) -> bool:
     """Compare two digests in constant time."""
     return hmac.compare_digest(a.encode("ascii"), b.encode("ascii"))
+
+
+#: How long a review-page sign-in lasts, from sign-in (not extended by use).
+SESSION_LIFETIME = timedelta(hours=12)
+
+
+def new_session_id() -> str:
+    """A fresh review-page session id (256 bits, URL-safe); only its digest is stored."""
+    return secrets.token_urlsafe(32)
+
+
+def session_digest(session_id: str) -> str:
+    """SHA-256 hex digest of a session id: the stored key of the session."""
+    return hashlib.sha256(session_id.encode("utf-8")).hexdigest()
+
+
+def session_binding(session_id: str, token_sha256: str) -> str:
+    """HMAC-SHA256 of the signing-in token's digest under the session id.
+
+    Stored with the session, it ties the session to the token it was opened with, without
+    storing anything of the token that the database alone could confirm: checking it needs the
+    session id, which only the browser holds. The bootstrap admin token, never stored, is
+    checked this way.
+    """
+    return hmac.new(session_id.encode("utf-8"), token_sha256.encode(), hashlib.sha256).hexdigest()

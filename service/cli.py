@@ -1,4 +1,5 @@
-"""The ``calmon`` command: migrate, serve, refresh, token, gate, fit, demo, prune, partitions."""
+"""The ``calmon`` command: migrate, serve, refresh, token, audit, gate, fit, demo, prune,
+partitions."""
 
 from __future__ import annotations
 
@@ -19,13 +20,25 @@ from service.storage.partitions import AHEAD_DAYS
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
-
-@contextmanager
-def _session(database_url: str | None = None) -> Iterator[Session]:
-    """A session on ``database_url`` (default: the configured one); the engine is disposed after."""
+    from service.config import Settings
     from service.storage.database import Database
 
-    db = Database(database_url or load_settings().database_url)
+
+def _database(settings: Settings) -> Database:
+    """The configured database, its sessions appending audit events under CALMON_AUDIT_KEY."""
+    from service.audit import AuditKeyring
+    from service.storage.audit import bind_keyring
+    from service.storage.database import Database
+
+    db = Database(settings.database_url)
+    bind_keyring(db.sessions, AuditKeyring.from_setting(settings.audit_key))
+    return db
+
+
+@contextmanager
+def _session(settings: Settings | None = None) -> Iterator[Session]:
+    """A session on the configured database; the engine is disposed after."""
+    db = _database(settings or load_settings())
     try:
         with db.session() as session:
             yield session
@@ -35,13 +48,18 @@ def _session(database_url: str | None = None) -> Iterator[Session]:
 
 def _migrate(_args: argparse.Namespace) -> int:
     from service.maintenance import run_pending
+    from service.operations import utcnow
+    from service.storage.audit import seal
     from service.storage.migrate import upgrade_to_head
 
     settings = load_settings()
     upgrade_to_head(settings.database_url)
-    with _session(settings.database_url) as session:
+    with _session(settings) as session:
         for task in run_pending(session):
             print(f"ran maintenance task {task}", file=sys.stderr)
+        if seal(session, actor="cli", now=utcnow()):
+            session.commit()
+            print("the audit chain continues under CALMON_AUDIT_KEY", file=sys.stderr)
     print("database is at the latest schema", file=sys.stderr)
     return 0
 
@@ -87,10 +105,9 @@ def _refresh(args: argparse.Namespace) -> int:
     import time
 
     from service.refresh import Refresher, refresh_all
-    from service.storage.database import Database
 
     settings = load_settings()
-    db = Database(settings.database_url)
+    db = _database(settings)
     try:
         if not args.loop:
             report = refresh_all(db, settings)
@@ -99,10 +116,13 @@ def _refresh(args: argparse.Namespace) -> int:
                 f"{report.seconds:.2f} s",
                 file=sys.stderr,
             )
+            if report.failed:
+                print(f"failed: {', '.join(report.failed)}", file=sys.stderr)
+                return 1
             return 0
         refresher = Refresher(db, settings)
         while True:
-            refresher.run_once()
+            refresher.run_logged()
             time.sleep(settings.refresh_seconds)
     finally:
         db.dispose()
@@ -115,7 +135,7 @@ def _prune(args: argparse.Namespace) -> int:
 
     older_than = parse_duration(args.older_than, limit=None)
     settings = load_settings()
-    with _session(settings.database_url) as session:
+    with _session(settings) as session:
         report = prune(session, older_than=older_than, settings=settings, now=utcnow(), actor="cli")
     counts = report.counts
     print(
@@ -123,6 +143,9 @@ def _prune(args: argparse.Namespace) -> int:
         f" ({counts.partitions_dropped} daily partitions dropped), {counts.labels} labels;"
         " contracts, aggregates, readings and the audit log are kept"
     )
+    expired = sum(report.pending_expired.values())
+    if expired:
+        print(f"expired {expired} labels that waited too long for their prediction")
     return 0
 
 
@@ -146,6 +169,49 @@ def _partitions(args: argparse.Namespace) -> int:
         print(f"{part.name}  [{part.start.isoformat()}, {part.end.isoformat()}){mark}")
     print(f"{len(listed)} daily partitions, {len(created)} created", file=sys.stderr)
     return 0
+
+
+def _audit_head(_args: argparse.Namespace) -> int:
+    from service.errors import Conflict
+    from service.operations import audit_head
+
+    try:
+        with _session() as session:
+            head = audit_head(session)
+    except Conflict as exc:
+        print(f"calmon: {exc}", file=sys.stderr)
+        return 1
+    if head is None:
+        print("calmon: the audit chain is empty: nothing to anchor yet", file=sys.stderr)
+        return 1
+    print(f"{head['seq']} {head['sha256']}")
+    print(
+        f"the chain verifies; keep this head outside the database, then check it later with "
+        f"`calmon audit verify --expected-seq {head['seq']} --expected-sha256 {head['sha256']}`",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _audit_verify(args: argparse.Namespace) -> int:
+    import re
+
+    from service.audit import Anchor
+    from service.operations import verify_audit
+
+    if (args.expected_seq is None) != (args.expected_sha256 is None):
+        raise UsageError("give --expected-seq and --expected-sha256 together")
+    anchor = None
+    if args.expected_seq is not None:
+        if args.expected_seq < 1 or not re.fullmatch(r"[0-9a-f]{64}", args.expected_sha256):
+            raise UsageError("--expected-seq is >= 1 and --expected-sha256 is 64 lower-case hex")
+        anchor = Anchor(args.expected_seq, args.expected_sha256)
+    with _session() as session:
+        report = verify_audit(session, anchor)
+    print(json.dumps(report, indent=2))
+    if not report["valid"]:
+        print(f"calmon: the audit log does not verify: {report['reason']}", file=sys.stderr)
+    return 0 if report["valid"] else 1
 
 
 def _token(args: argparse.Namespace) -> str:
@@ -177,7 +243,9 @@ def _gate(args: argparse.Namespace) -> int:
 
 
 def _fit(args: argparse.Namespace) -> int:
-    from service.contract_fit import FitRequest, fit_contract_spec
+    """Read the sets here, then have the service fit and measure them (``/v1/contracts/fit``),
+    so the gate sees a baseline calmon measured; ``--local`` fits here and registers the result
+    (``/v1/contracts``): a supplied baseline."""
     from service.contracts import parse_spec_fields
     from service.datafiles import read_labeled_set
     from service.errors import ErrorCollector
@@ -199,7 +267,50 @@ def _fit(args: argparse.Namespace) -> int:
         sets[name] = read_labeled_set(
             Path(getattr(args, name)), task=fields["task"], classes=fields["classes"]
         )
-    contract = fit_contract_spec(FitRequest(fields, args.method, sets["fit"], sets["eval"]))
+    if args.local:
+        path, body = "/v1/contracts", _locally_fitted(fields, args.method, sets)
+    else:
+        key = "logits" if fields["task"] == "multiclass" else "scores"
+        path = "/v1/contracts/fit"
+        body = {
+            **spec,
+            "method": args.method,
+            **{
+                name: {key: data.inputs.tolist(), "labels": data.labels.tolist()}
+                for name, data in sets.items()
+            },
+        }
+        print("sending the sets to the service to fit and measure", file=sys.stderr)
+    status, reply = call(args.url, _token(args), "POST", path, body)
+    if status != 201:
+        print(error_text(reply), file=sys.stderr)
+        if status == 413:
+            print(
+                "the sets are larger than the service accepts (CALMON_MAX_BODY_BYTES): raise "
+                "it, or fit here with --local (the gate then sees a supplied baseline)",
+                file=sys.stderr,
+            )
+        return 2
+    print(
+        json.dumps(
+            {
+                "id": reply["id"],
+                "version": reply["version"],
+                "calibrator": reply["calibrator"],
+                "content_sha256": reply["content_sha256"],
+                "baseline_source": "supplied" if args.local else "measured",
+            },
+            indent=2,
+        )
+    )
+    return 0
+
+
+def _locally_fitted(fields: dict[str, Any], method: str, sets: dict[str, Any]) -> dict[str, Any]:
+    """A ``POST /v1/contracts`` body: the contract fitted and measured on this machine."""
+    from service.contract_fit import FitRequest, fit_contract_spec
+
+    contract = fit_contract_spec(FitRequest(fields, method, sets["fit"], sets["eval"]))
     body = {
         key: getattr(contract, key)
         for key in (
@@ -219,22 +330,7 @@ def _fit(args: argparse.Namespace) -> int:
         )
     }
     body["classes"], body["bin_edges"] = list(body["classes"]), list(body["bin_edges"])
-    status, reply = call(args.url, _token(args), "POST", "/v1/contracts", body)
-    if status != 201:
-        print(error_text(reply), file=sys.stderr)
-        return 2
-    print(
-        json.dumps(
-            {
-                "id": reply["id"],
-                "version": reply["version"],
-                "calibrator": reply["calibrator"],
-                "content_sha256": reply["content_sha256"],
-            },
-            indent=2,
-        )
-    )
-    return 0
+    return body
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -278,13 +374,15 @@ def build_parser() -> argparse.ArgumentParser:
         "gate", help="ask the review gate about a contract; exit 0 on pass, 1 on fail"
     )
     gate.add_argument("--url", required=True, help="the calmon service, e.g. http://host:8000")
-    gate.add_argument("--token", help="an admin token (default: $CALMON_TOKEN)")
+    gate.add_argument("--token", help="a gate or admin token (default: $CALMON_TOKEN)")
     gate.add_argument("--contract", required=True, help="the contract id")
     gate.add_argument("--policy", help="a JSON file with the gate policy")
     gate.set_defaults(handler=_gate)
 
     fit = commands.add_parser(
-        "fit", help="fit a calibrator on local CSV/NPZ files and register the contract"
+        "fit",
+        help="read CSV/NPZ files and have the service fit the calibrator, measure the baseline "
+        "and register the contract",
     )
     fit.add_argument("--url", required=True)
     fit.add_argument("--token", help="an admin token (default: $CALMON_TOKEN)")
@@ -296,6 +394,12 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--fit", required=True, help="the fit set (.csv or .npz)")
     fit.add_argument("--eval", required=True, help="the held-out eval set (.csv or .npz)")
     fit.add_argument("--method", choices=["temperature", "platt"], default="temperature")
+    fit.add_argument(
+        "--local",
+        action="store_true",
+        help="fit and measure here and register the result: for sets larger than the service "
+        "accepts; the gate then sees a baseline supplied by the registrant",
+    )
     fit.set_defaults(handler=_fit)
 
     demo = commands.add_parser(
@@ -345,6 +449,22 @@ def build_parser() -> argparse.ArgumentParser:
         " backfill's rows out of predictions_default",
     )
     parts.set_defaults(handler=_partitions)
+
+    audit_parser = commands.add_parser("audit", help="anchor and verify the audit log's hash chain")
+    audit_commands = audit_parser.add_subparsers(dest="audit_command", required=True)
+    head = audit_commands.add_parser(
+        "head",
+        help="verify the chain, then print its head (seq sha256) to keep outside the database",
+    )
+    head.set_defaults(handler=_audit_head)
+    verify = audit_commands.add_parser(
+        "verify",
+        help="verify the chain, the retirements and (given) an anchored head; exit 0 valid, "
+        "1 invalid",
+    )
+    verify.add_argument("--expected-seq", type=int, help="seq of a head printed earlier")
+    verify.add_argument("--expected-sha256", help="sha256 of that head")
+    verify.set_defaults(handler=_audit_verify)
 
     token = commands.add_parser("token", help="manage API tokens")
     token_commands = token.add_subparsers(dest="token_command", required=True)

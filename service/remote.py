@@ -60,7 +60,7 @@ def gate_report(decision: dict[str, Any]) -> str:
     ci = evidence.get("ece_ci") or [None, None]
     lines += [
         "",
-        f"evidence: {evidence['source']['kind']}, n = {evidence['n']}",
+        f"evidence: {_evidence_kind(evidence)}, n = {evidence['n']}",
         f"  ECE debiased {_num(evidence.get('ece_debiased'))} (95% interval {_num(ci[0])} - "
         f"{_num(ci[1])}; plug-in {_num(evidence['ece'])}; calibration test p = "
         f"{_num(evidence.get('calibration_p_value'))})",
@@ -74,6 +74,20 @@ def gate_report(decision: dict[str, Any]) -> str:
             f"      {b['accuracy']:.4f}    {b['ci'][0]:.4f} - {b['ci'][1]:.4f}"
         )
     return "\n".join(lines)
+
+
+def _evidence_kind(evidence: dict[str, Any]) -> str:
+    """What the gate judged, and who measured it."""
+    if evidence["source"]["kind"] == "evaluation":
+        return "a fresh evaluation set, measured by calmon"
+    source = evidence.get("baseline_source")
+    if source == "measured":
+        return "the contract's held-out baseline, measured by calmon when it fitted the contract"
+    if source == "supplied":
+        return (
+            "the contract's held-out baseline, supplied by the registrant (not measured by calmon)"
+        )
+    return f"{evidence['source']['kind']} (baseline source not recorded)"
 
 
 def _num(value: float | None) -> str:

@@ -5,14 +5,18 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
+from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
 
+from service import operations
 from service.api.auth import requires
 from service.api.query import check_known, cursor_arg, encode_cursor, limit_arg, timestamp_arg
 from service.api.session import db_session
+from service.audit import Anchor
 from service.auth import Permission
-from service.errors import ErrorDetail, ValidationFailed
+from service.errors import ErrorCollector, ErrorDetail, ValidationFailed
 from service.storage import audit
 from service.validation import format_timestamp
 
@@ -29,12 +33,26 @@ _CSV_COLUMNS = (
     "prev_sha256",
     "sha256",
 )
+#: A cell a spreadsheet could read as a formula starts with one of these (OWASP, CSV injection).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}\Z")
+
+
+def csv_cell(value: Any) -> Any:
+    """A CSV cell no spreadsheet runs: text starting with ``= + - @``, tab or CR gets a leading
+    ``'`` (OWASP's CSV-injection advice); numbers and other text are written as they are."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
 
 
 @bp.get("/events")
 @requires(Permission.READ)
 def events() -> Response:
-    """Audit events oldest first, filtered by model, type and time; paginated; JSON or CSV."""
+    """Audit events oldest first, filtered by model, type and time; paginated; JSON or CSV.
+
+    In CSV, text cells a spreadsheet could read as formulas are prefixed with ``'``.
+    """
     check_known(("model", "type", "since", "until", "limit", "cursor", "format"))
     output = request.args.get("format", "json")
     if output not in ("json", "csv"):
@@ -71,18 +89,41 @@ def events() -> Response:
         writer.writerow(_CSV_COLUMNS)
         for r in records:
             writer.writerow(
-                [json.dumps(r[c], sort_keys=True) if c == "details" else r[c] for c in _CSV_COLUMNS]
+                [
+                    csv_cell(json.dumps(r[c], sort_keys=True) if c == "details" else r[c])
+                    for c in _CSV_COLUMNS
+                ]
             )
         response = Response(buffer.getvalue(), content_type="text/csv; charset=utf-8")
+        response.headers["Content-Disposition"] = 'attachment; filename="calmon-audit.csv"'
+        response.headers["X-Content-Type-Options"] = "nosniff"
         if next_cursor:
             response.headers["X-Next-Cursor"] = next_cursor
         return response
     return jsonify({"events": records, "next_cursor": next_cursor})
 
 
+def _anchor_args() -> Anchor | None:
+    """``expected_seq`` and ``expected_sha256``, both or neither."""
+    seq_raw, sha_raw = request.args.get("expected_seq"), request.args.get("expected_sha256")
+    if seq_raw is None and sha_raw is None:
+        return None
+    errors = ErrorCollector()
+    if seq_raw is None or not seq_raw.isascii() or not seq_raw.isdigit() or len(seq_raw) > 18:
+        errors.add("expected_seq", "expected a positive integer (the anchored event's seq)")
+    elif int(seq_raw) < 1:
+        errors.add("expected_seq", "must be >= 1")
+    if sha_raw is None or not _SHA256_HEX.match(sha_raw):
+        errors.add("expected_sha256", "expected the anchored event's sha256 (64 lower-case hex)")
+    errors.raise_if_any("invalid anchor: give expected_seq and expected_sha256 together")
+    assert seq_raw is not None and sha_raw is not None
+    return Anchor(int(seq_raw), sha_raw)
+
+
 @bp.get("/verify")
 @requires(Permission.READ)
 def verify() -> Response:
-    """Walk the hash chain from the first event; report the first one that does not fit."""
-    check_known(())
-    return jsonify(audit.verify_chain(db_session()))
+    """Walk the chain and check the retirements; report the head, and whether the anchor
+    (``expected_seq`` with ``expected_sha256``), if given, is still on the chain."""
+    check_known(("expected_seq", "expected_sha256"))
+    return jsonify(operations.verify_audit(db_session(), _anchor_args()))

@@ -1,4 +1,4 @@
-"""Bearer authentication and per-route permissions."""
+"""Bearer authentication, review-page session cookies and per-route permissions."""
 
 from __future__ import annotations
 
@@ -8,65 +8,86 @@ from typing import Any, TypeVar, cast
 
 from flask import current_app, g, request
 
+from service import operations
 from service.api.errors import ApiError
 from service.api.session import db_session
-from service.auth import (
-    BOOTSTRAP_ADMIN_NAME,
-    Permission,
-    Principal,
-    Role,
-    digests_match,
-    token_digest,
-)
-from service.storage.tokens import principal_for_digest
+from service.auth import Permission, Principal
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-#: The cookie the review page's sign-in form sets (HttpOnly, Secure, SameSite=Strict).
-TOKEN_COOKIE = "calmon_token"
+#: The review page's sign-in cookie (HttpOnly, Secure, SameSite=Strict): a session id, never a
+#: token; the server keeps only its SHA-256 (``ui_sessions``).
+SESSION_COOKIE = "calmon_session"
+#: The cookie of sign-ins before sessions existed (it held the token): cleared, never read.
+LEGACY_TOKEN_COOKIE = "calmon_token"
+#: The longest session id the cookie may hold (ids are 43 characters).
+_MAX_SESSION_ID = 128
 
 
-def _bearer_token(allow_cookie: bool = False) -> str:
-    header = request.headers.get("Authorization", "")
-    scheme, _, token = header.partition(" ")
-    if not header and allow_cookie and request.cookies.get(TOKEN_COOKIE):
-        return request.cookies[TOKEN_COOKIE]
-    if scheme.lower() != "bearer" or not token.strip():
-        raise ApiError(
-            401,
-            "missing bearer token: send 'Authorization: Bearer <token>'",
-            headers={"WWW-Authenticate": 'Bearer realm="calmon"'},
-        )
-    return token.strip()
+def _bootstrap_token() -> str | None:
+    token = current_app.config["CALMON_SETTINGS"].admin_token
+    return str(token) if token else None
 
 
 def resolve_token(token: str) -> Principal | None:
     """The principal a token stands for, if any (bootstrap admin or a stored, live token)."""
-    digest = token_digest(token)
-    bootstrap = current_app.config["CALMON_SETTINGS"].admin_token
-    if bootstrap and digests_match(digest, token_digest(bootstrap)):
-        return Principal(BOOTSTRAP_ADMIN_NAME, Role.ADMIN)
-    return principal_for_digest(db_session(), digest)
+    return operations.resolve_token(db_session(), token, bootstrap_token=_bootstrap_token())
+
+
+def open_session(token: str) -> tuple[str, Principal] | None:
+    """Sign in with ``token``: a new session id for the cookie, or None if the token may not
+    read."""
+    return operations.open_ui_session(db_session(), token, bootstrap_token=_bootstrap_token())
+
+
+def close_session() -> None:
+    """Sign out: delete the session the request's cookie names, if any."""
+    session_id = request.cookies.get(SESSION_COOKIE, "")
+    if session_id and len(session_id) <= _MAX_SESSION_ID:
+        operations.close_ui_session(db_session(), session_id)
+
+
+def _session_principal() -> Principal | None:
+    session_id = request.cookies.get(SESSION_COOKIE, "")
+    if not session_id or len(session_id) > _MAX_SESSION_ID:
+        return None
+    return operations.ui_session_principal(
+        db_session(), session_id, bootstrap_token=_bootstrap_token()
+    )
+
+
+def _unauthorized(message: str, challenge: str) -> ApiError:
+    return ApiError(401, message, headers={"WWW-Authenticate": challenge})
 
 
 def authenticate(allow_cookie: bool = False) -> Principal:
-    """Resolve the request's bearer token (or, for read-only pages, the sign-in cookie) to a
-    principal, or raise 401."""
-    principal = resolve_token(_bearer_token(allow_cookie))
-    if principal is None:
-        raise ApiError(
-            401,
-            "invalid or revoked token",
-            headers={"WWW-Authenticate": 'Bearer error="invalid_token"'},
+    """Resolve the request's bearer token (or, for read-only views, the review page's session
+    cookie) to a principal, or raise 401."""
+    header = request.headers.get("Authorization", "")
+    if not header and allow_cookie and request.cookies.get(SESSION_COOKIE):
+        principal = _session_principal()
+        if principal is None:
+            raise _unauthorized(
+                "the sign-in expired or was ended: sign in again",
+                'Bearer error="invalid_token"',
+            )
+        return principal
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise _unauthorized(
+            "missing bearer token: send 'Authorization: Bearer <token>'", 'Bearer realm="calmon"'
         )
+    principal = resolve_token(token.strip())
+    if principal is None:
+        raise _unauthorized("invalid or revoked token", 'Bearer error="invalid_token"')
     return principal
 
 
 def requires(permission: Permission, *, allow_cookie: bool = False) -> Callable[[F], F]:
     """Decorate a view so it runs only for a principal holding ``permission`` (else 401/403).
 
-    ``allow_cookie`` also accepts the review page's sign-in cookie (read-only views only).
+    ``allow_cookie`` also accepts the review page's session cookie (read-only views only).
     """
 
     def decorator(view: F) -> F:

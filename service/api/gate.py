@@ -36,9 +36,13 @@ def decision_dict(d: GateDecision) -> dict[str, Any]:
 
 
 @bp.post("")
-@requires(Permission.ADMIN)
+@requires(Permission.GATE)
 def decide() -> Response:
-    """Evaluate a contract (or a fresh held-out set) against a policy; store the decision."""
+    """Evaluate a contract (or a fresh held-out set) against a policy; store the decision.
+
+    Needs the ``gate`` permission (roles ``gate`` and ``admin``): a CI pipeline's token may ask
+    the gate without being able to register or retire contracts.
+    """
     gate_request = parse_gate_request(json_body())
     decision = operations.decide_gate(db_session(), gate_request, actor=current_principal().name)
     response = jsonify(decision_dict(decision))

@@ -1,8 +1,18 @@
-"""The review page: the reliability diagram with its counts, for people who would rather look."""
+"""The review page: the reliability diagram with its counts, for people who would rather look.
+
+Server-rendered HTML with inline SVG, one stylesheet (``/ui/calmon.css``), no JavaScript. Every
+response of this blueprint carries a Content-Security-Policy that allows nothing but this
+origin's stylesheet and forms (``frame-ancestors 'none'``), ``X-Frame-Options: DENY``,
+``X-Content-Type-Options: nosniff`` and ``Referrer-Policy: no-referrer``. Signing in stores a
+session (``service.operations.open_ui_session``) and sets a cookie holding its random id; links
+carry their path segments and query values percent-encoded.
+"""
 
 from __future__ import annotations
 
+import re
 from typing import Any
+from urllib.parse import quote, unquote, urlencode, urlsplit
 
 from flask import (
     Blueprint,
@@ -13,15 +23,23 @@ from flask import (
     render_template,
     request,
 )
+from werkzeug.urls import iri_to_uri
 from werkzeug.wrappers import Response as BaseResponse
 
 from service import monitoring, operations
-from service.api.auth import TOKEN_COOKIE, authenticate, requires, resolve_token
+from service.api.auth import (
+    LEGACY_TOKEN_COOKIE,
+    SESSION_COOKIE,
+    authenticate,
+    close_session,
+    open_session,
+    requires,
+)
 from service.api.errors import ApiError
 from service.api.session import db_session
 from service.api.stream import slice_and_window
 from service.auth import Permission, Principal
-from service.calibration import Reading, bins_inference, calibrator_from_dict
+from service.calibration import bins_inference, calibrator_from_dict
 from service.cohorts import ALL
 from service.contracts import Contract
 from service.errors import CalmonError, NotFound
@@ -32,6 +50,67 @@ from service.storage.gates import list_decisions
 
 bp = Blueprint("ui", __name__)
 SVG = "image/svg+xml"
+
+PAGE_CSP = (
+    "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
+    "frame-ancestors 'none'; base-uri 'none'"
+)
+SVG_CSP = "default-src 'none'; frame-ancestors 'none'"
+SECURITY_HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+}
+_COOKIE_FLAGS: dict[str, Any] = {
+    "httponly": True,
+    "secure": True,
+    "samesite": "Strict",
+    "path": "/",
+}
+#: A sign-in ``next`` is a path of the review pages: ``/ui``, ``/ui/...`` or ``/ui?...``.
+_NEXT = re.compile(r"^/ui(?:[/?][^\\\x00-\x1f\x7f]*)?$")
+_MAX_NEXT = 2000
+
+
+@bp.after_request
+def _security_headers(response: Response) -> Response:
+    """Frame, sniffing and referrer protection on every page, diagram and error."""
+    for name, value in SECURITY_HEADERS.items():
+        response.headers.setdefault(name, value)
+    if "Content-Security-Policy" not in response.headers:
+        svg = response.mimetype == SVG
+        response.headers["Content-Security-Policy"] = SVG_CSP if svg else PAGE_CSP
+    return response
+
+
+@bp.app_template_filter("segment")
+def _segment(value: Any) -> str:
+    """A value as one percent-encoded URL path segment."""
+    return quote(str(value), safe="")
+
+
+def safe_next(value: str | None) -> str:
+    """Where to go after signing in: ``value`` if it is a review-page path of this site
+    (percent-encoded for the Location header), else ``/ui``. Never another site, never a
+    header break."""
+    if not value or len(value) > _MAX_NEXT or not _NEXT.match(value):
+        return "/ui"
+    parts = urlsplit(value)
+    if parts.scheme or parts.netloc or value.startswith("//"):
+        return "/ui"
+    if {".", ".."} & set(unquote(parts.path).split("/")):
+        return "/ui"
+    return iri_to_uri(value)
+
+
+def _sign_in_redirect() -> BaseResponse:
+    """To the sign-in form, coming back here afterwards; a dead session's cookie is cleared."""
+    query = request.query_string.decode("utf-8", "replace")
+    here = request.path + (f"?{query}" if query else "")
+    response = redirect("/ui/sign-in?" + urlencode({"next": safe_next(here)}, safe="/"), code=303)
+    if request.cookies.get(SESSION_COOKIE):
+        response.delete_cookie(SESSION_COOKIE, **_COOKIE_FLAGS)
+    return response
 
 
 def _calibrator_text(contract: Contract) -> str:
@@ -46,9 +125,15 @@ def _calibrator_text(contract: Contract) -> str:
 def _page(template: str, status: int = 200, **context: Any) -> Response:
     response = make_response(render_template(template, **context), status)
     response.headers["Cache-Control"] = "no-store"
-    response.headers["Content-Security-Policy"] = (
-        "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; form-action 'self'"
-    )
+    return response
+
+
+@bp.get("/ui/calmon.css")
+def stylesheet() -> Response:
+    """The pages' one stylesheet (a file, so the policy needs no inline styles)."""
+    response = make_response(render_template("ui/calmon.css"))
+    response.mimetype = "text/css"
+    response.headers["Cache-Control"] = "public, max-age=3600"
     return response
 
 
@@ -57,7 +142,7 @@ def _viewer() -> Principal | BaseResponse:
     try:
         principal = authenticate(allow_cookie=True)
     except ApiError:
-        return redirect(f"/ui/sign-in?next={request.path}", code=303)
+        return _sign_in_redirect()
     if not principal.may(Permission.READ):
         return _page(
             "ui/error.html",
@@ -72,33 +157,33 @@ def _viewer() -> Principal | BaseResponse:
 @bp.get("/ui/sign-in")
 def sign_in_form() -> Response:
     """The sign-in form."""
-    next_path = request.args.get("next", "/ui")
-    return _page("ui/sign_in.html", next=next_path if next_path.startswith("/ui") else "/ui")
+    return _page("ui/sign_in.html", next=safe_next(request.args.get("next")))
 
 
 @bp.post("/ui/sign-in")
 def sign_in() -> BaseResponse:
-    """Check the token and keep it in an HttpOnly, Secure, SameSite=Strict cookie."""
+    """Open a session for a token that may read; its id goes in an HttpOnly, Secure,
+    SameSite=Strict cookie (the token itself is never kept by the browser)."""
     token = request.form.get("token", "").strip()
-    next_path = request.form.get("next", "/ui")
-    next_path = next_path if next_path.startswith("/ui") else "/ui"
-    principal = resolve_token(token) if token else None
-    if principal is None or not principal.may(Permission.READ):
+    next_path = safe_next(request.form.get("next"))
+    opened = open_session(token) if token and len(token) <= 200 else None
+    if opened is None:
         return _page(
             "ui/sign_in.html", 401, next=next_path, error="That token is not valid for reading."
         )
+    session_id, _principal = opened
     response = redirect(next_path, code=303)
-    response.set_cookie(
-        TOKEN_COOKIE, token, httponly=True, secure=True, samesite="Strict", path="/"
-    )
+    response.set_cookie(SESSION_COOKIE, session_id, **_COOKIE_FLAGS)
+    response.delete_cookie(LEGACY_TOKEN_COOKIE, **_COOKIE_FLAGS)
     return response
 
 
 @bp.post("/ui/sign-out")
 def sign_out() -> BaseResponse:
-    """Forget the sign-in cookie."""
+    """End the session (server-side too) and clear its cookie."""
+    close_session()
     response = redirect("/ui/sign-in", code=303)
-    response.delete_cookie(TOKEN_COOKIE, path="/", secure=True, httponly=True, samesite="Strict")
+    response.delete_cookie(SESSION_COOKIE, **_COOKIE_FLAGS)
     return response
 
 
@@ -155,6 +240,7 @@ def model_page(model: str) -> BaseResponse:
         principal=viewer,
         model=model,
         contract=contract,
+        baseline_source=operations.baseline_source(db_session(), contract),
         reading=reading,
         calibrator_text=_calibrator_text(contract),
         window=window_name,
@@ -193,7 +279,7 @@ def contract_page(contract_id: str) -> BaseResponse:
     for split in ("eval", "fit"):
         for which in ("calibrated", "uncalibrated"):
             stored = contract.spec.baseline[split][which]
-            evidence = bins_inference(Reading.from_dict(stored).bins)
+            evidence = bins_inference(contract.baseline_reading(split, which).bins)
             diagrams.append(
                 render(
                     stored["bins"],
@@ -206,6 +292,7 @@ def contract_page(contract_id: str) -> BaseResponse:
         "ui/contract.html",
         principal=viewer,
         contract=contract,
+        baseline_source=operations.baseline_source(db_session(), contract),
         diagrams=diagrams,
         calibrator_text=_calibrator_text(contract),
     )

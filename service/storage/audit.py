@@ -1,20 +1,38 @@
-"""The append-only, hash-chained audit log."""
+"""The append-only, hash-chained audit log (the chain's rules are in ``service.audit``).
+
+The HMAC keys travel with the session factory (``bind_keyring``), so every writer, whether a
+request, the refresher, a CLI command, appends under the configured key without passing it.
+"""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select, text
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
-from service.audit import GENESIS, event_digest
+from service.audit import (
+    GENESIS,
+    KEY_ENABLED,
+    NO_KEYS,
+    Anchor,
+    AuditKey,
+    AuditKeyring,
+    ChainVerifier,
+    event_digest,
+)
+from service.storage.contracts import list_retirements
 from service.storage.models import AuditEventRecord
+
+log = logging.getLogger(__name__)
 
 #: Key of the PostgreSQL advisory lock that serialises appends (so each sees its predecessor).
 _APPEND_LOCK = 0x63616C6D6F6E
+_KEYRING = "calmon.audit_keyring"
 
 
 @dataclass(frozen=True)
@@ -30,6 +48,19 @@ class AuditEvent:
     sha256: str
 
 
+def bind_keyring(sessions: sessionmaker[Session], keyring: AuditKeyring) -> None:
+    """Make every session of ``sessions`` append and verify under ``keyring``."""
+    info = dict(sessions.kw.get("info") or {})
+    info[_KEYRING] = keyring
+    sessions.configure(info=info)
+
+
+def keyring_of(session: Session) -> AuditKeyring:
+    keyring = session.info.get(_KEYRING, NO_KEYS)
+    assert isinstance(keyring, AuditKeyring)
+    return keyring
+
+
 def append_event(
     session: Session,
     *,
@@ -42,20 +73,114 @@ def append_event(
 ) -> None:
     """Append one event, chained to the last one (in the caller's transaction).
 
+    Under a signing key the head is not yet under, an ``audit_key_enabled`` event comes first.
+    """
+    prev = _lock_and_head(session)
+    signing = keyring_of(session).signing
+    segment = _segment_key_id(session)
+    if signing is not None and segment != signing.key_id:
+        prev = _start_segment(session, prev, signing, segment, actor=actor, now=now)
+    elif signing is None and segment is not None:
+        log.warning(
+            "appending a plain audit event after the segment keyed with %s: this process has "
+            "no CALMON_AUDIT_KEY, and verification will report it",
+            segment,
+        )
+    _insert(
+        session,
+        prev,
+        signing,
+        type=type,
+        actor=actor,
+        now=now,
+        model=model,
+        contract_id=contract_id,
+        details=details or {},
+    )
+
+
+def seal(session: Session, *, actor: str, now: datetime) -> bool:
+    """Start a segment under the signing key unless the head is already under it; True if an
+    ``audit_key_enabled`` event was written (the caller commits)."""
+    signing = keyring_of(session).signing
+    if signing is None:
+        return False
+    prev = _lock_and_head(session)
+    segment = _segment_key_id(session)
+    if segment == signing.key_id:
+        return False
+    _start_segment(session, prev, signing, segment, actor=actor, now=now)
+    return True
+
+
+def _lock_and_head(session: Session) -> str:
+    """The head's hash, after taking the append lock.
+
     On PostgreSQL a transaction-scoped advisory lock orders concurrent appends; SQLite's write
-    transactions are serialised already.
+    transactions are serialised already (``BEGIN IMMEDIATE``).
     """
     if session.get_bind().dialect.name == "postgresql":
         session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _APPEND_LOCK})
-    prev = (
+    return (
         session.scalar(
             select(AuditEventRecord.sha256).order_by(AuditEventRecord.seq.desc()).limit(1)
         )
         or GENESIS
     )
-    details = details or {}
+
+
+def _start_segment(
+    session: Session,
+    prev: str,
+    key: AuditKey,
+    previous_key_id: str | None,
+    *,
+    actor: str,
+    now: datetime,
+) -> str:
+    return _insert(
+        session,
+        prev,
+        key,
+        type=KEY_ENABLED,
+        actor=actor,
+        now=now,
+        details={"key_id": key.key_id, "previous_key_id": previous_key_id},
+    )
+
+
+def _segment_key_id(session: Session) -> str | None:
+    """The key id of the newest keyed segment, if the chain has one."""
+    details = session.scalar(
+        select(AuditEventRecord.details)
+        .where(AuditEventRecord.type == KEY_ENABLED)
+        .order_by(AuditEventRecord.seq.desc())
+        .limit(1)
+    )
+    return None if details is None else str(details.get("key_id"))
+
+
+def _insert(
+    session: Session,
+    prev: str,
+    key: AuditKey | None,
+    *,
+    type: str,
+    actor: str,
+    now: datetime,
+    model: str | None = None,
+    contract_id: str | None = None,
+    details: dict[str, Any],
+) -> str:
     digest = event_digest(
-        prev, ts=now, type=type, actor=actor, model=model, contract_id=contract_id, details=details
+        prev,
+        ts=now,
+        type=type,
+        actor=actor,
+        model=model,
+        contract_id=contract_id,
+        details=details,
+        key=None if key is None else key.secret,
     )
     session.add(
         AuditEventRecord(
@@ -70,9 +195,13 @@ def append_event(
         )
     )
     session.flush()
+    return digest
 
 
 def _to_event(r: AuditEventRecord) -> AuditEvent:
+    """The stored event; ``details`` that are not an object (written by hand) are wrapped, so
+    the event no longer matches its hash and verification reports it."""
+    details = r.details if isinstance(r.details, dict) else {"(not an object)": r.details}
     return AuditEvent(
         r.seq,
         r.ts,
@@ -80,7 +209,7 @@ def _to_event(r: AuditEventRecord) -> AuditEvent:
         r.actor,
         r.model,
         r.contract_id,
-        dict(r.details),
+        dict(details),
         r.prev_sha256,
         r.sha256,
     )
@@ -114,6 +243,21 @@ def list_events(
     return [_to_event(r) for r in session.scalars(query)]
 
 
+def creation_event_type(session: Session, model: str, contract_id: str) -> str | None:
+    """The type of the event that recorded a contract's creation (``contract_fitted`` or
+    ``contract_registered``), if the chain holds one."""
+    return session.scalar(
+        select(AuditEventRecord.type)
+        .where(
+            AuditEventRecord.model == model,
+            AuditEventRecord.contract_id == contract_id,
+            AuditEventRecord.type.in_(("contract_fitted", "contract_registered")),
+        )
+        .order_by(AuditEventRecord.seq)
+        .limit(1)
+    )
+
+
 def iter_chain(session: Session, page: int = 1000) -> Iterator[AuditEvent]:
     """Every event in append order, read in pages."""
     after = 0
@@ -133,29 +277,12 @@ def iter_chain(session: Session, page: int = 1000) -> Iterator[AuditEvent]:
         after = rows[-1].seq
 
 
-def verify_chain(session: Session) -> dict[str, Any]:
-    """Walk the chain: every event must hash to its ``sha256`` and link to its predecessor."""
-    prev = GENESIS
-    count = 0
+def verify_chain(session: Session, anchor: Anchor | None = None) -> dict[str, Any]:
+    """Walk the chain under the session's keys, check ``anchor`` and every retirement row.
+
+    See ``ChainVerifier.report`` for the report.
+    """
+    verifier = ChainVerifier(keyring_of(session), anchor)
     for event in iter_chain(session):
-        expected = event_digest(
-            prev,
-            ts=event.ts,
-            type=event.type,
-            actor=event.actor,
-            model=event.model,
-            contract_id=event.contract_id,
-            details=event.details,
-        )
-        if event.prev_sha256 != prev or event.sha256 != expected:
-            return {
-                "valid": False,
-                "events": count,
-                "first_invalid_seq": event.seq,
-                "reason": "the event does not link to its predecessor"
-                if event.prev_sha256 != prev
-                else "the event's content does not match its hash",
-            }
-        prev = event.sha256
-        count += 1
-    return {"valid": True, "events": count, "head_sha256": prev}
+        verifier.feed(event)
+    return verifier.report(list_retirements(session))

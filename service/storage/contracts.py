@@ -8,6 +8,7 @@ from sqlalchemy import and_, exists, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, aliased
 
+from service.audit import RetirementRow
 from service.contracts import Contract, ContractSpec, Retirement
 from service.storage.models import ContractRecord, ContractRetirement, ModelRecord
 
@@ -161,13 +162,21 @@ def model_exists(session: Session, model: str) -> bool:
 
 def insert_retirement(
     session: Session, contract_id: str, *, reason: str, retired_by: str, now: datetime
-) -> None:
+) -> RetirementRow:
+    """Store a retirement row; return it as stored (what its audit event must vouch for)."""
     session.add(
         ContractRetirement(
             contract_id=contract_id, reason=reason, retired_at=now, retired_by=retired_by
         )
     )
     session.flush()
+    return RetirementRow(contract_id, reason, now, retired_by)
+
+
+def list_retirements(session: Session) -> list[RetirementRow]:
+    """Every retirement row (there is at most one per contract)."""
+    rows = session.scalars(select(ContractRetirement).order_by(ContractRetirement.contract_id))
+    return [RetirementRow(r.contract_id, r.reason, r.retired_at, r.retired_by) for r in rows]
 
 
 def latest_contract(session: Session, model: str) -> Contract | None:

@@ -52,7 +52,9 @@ class ApiToken(Base):
     """A bearer token; only its SHA-256 is stored."""
 
     __tablename__ = "api_tokens"
-    __table_args__ = (CheckConstraint("role IN ('reader', 'ingest', 'admin')", name="role"),)
+    __table_args__ = (
+        CheckConstraint("role IN ('reader', 'ingest', 'gate', 'admin')", name="role"),
+    )
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(100), unique=True)
@@ -61,6 +63,33 @@ class ApiToken(Base):
     created_at: Mapped[datetime]
     created_by: Mapped[str] = mapped_column(String(100))
     revoked_at: Mapped[datetime | None]
+
+
+class UiSession(Base):
+    """A review-page sign-in: the browser's cookie holds the id, this row only its SHA-256.
+
+    ``token_id`` is the signing-in token's row (NULL for the bootstrap admin, which has none);
+    ``token_binding`` ties the session to that token (``service.auth.session_binding``), so a
+    revoked token, or a changed bootstrap token, ends its sessions at once. ``principal`` and
+    ``role`` are what the page shows; the role that counts is the token's, looked up per
+    request.
+    """
+
+    __tablename__ = "ui_sessions"
+    __table_args__ = (
+        Index("ix_ui_sessions_token_id", "token_id"),
+        Index("ix_ui_sessions_expires_at", "expires_at"),
+    )
+
+    id_sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    token_id: Mapped[int | None] = mapped_column(
+        BigIntPK, ForeignKey("api_tokens.id", ondelete="CASCADE")
+    )
+    token_binding: Mapped[str] = mapped_column(String(64))
+    principal: Mapped[str] = mapped_column(String(100))
+    role: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime]
 
 
 class ModelRecord(Base):

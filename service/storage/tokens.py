@@ -24,14 +24,36 @@ def insert_token(
     session.flush()
 
 
+@dataclass(frozen=True)
+class LiveToken:
+    """A live token's row id, digest and holder (for opening a review-page session)."""
+
+    id: int
+    digest: str
+    principal: Principal
+
+
+def live_token(
+    session: Session, *, digest: str | None = None, token_id: int | None = None
+) -> LiveToken | None:
+    """The live (not revoked) token with this digest or row id, if any."""
+    query = select(ApiToken.id, ApiToken.token_sha256, ApiToken.name, ApiToken.role).where(
+        ApiToken.revoked_at.is_(None)
+    )
+    if digest is not None:
+        query = query.where(ApiToken.token_sha256 == digest)
+    if token_id is not None:
+        query = query.where(ApiToken.id == token_id)
+    row = session.execute(query).first()
+    if row is None:
+        return None
+    return LiveToken(row.id, row.token_sha256, Principal(name=row.name, role=Role(row.role)))
+
+
 def principal_for_digest(session: Session, digest: str) -> Principal | None:
     """The live (not revoked) token holder with this digest, if any."""
-    row = session.execute(
-        select(ApiToken.name, ApiToken.role).where(
-            ApiToken.token_sha256 == digest, ApiToken.revoked_at.is_(None)
-        )
-    ).first()
-    return None if row is None else Principal(name=row.name, role=Role(row.role))
+    token = live_token(session, digest=digest)
+    return None if token is None else token.principal
 
 
 @dataclass(frozen=True)
@@ -51,8 +73,9 @@ def list_tokens(session: Session) -> list[TokenInfo]:
     return [TokenInfo(r.name, r.role, r.created_at, r.created_by, r.revoked_at) for r in rows]
 
 
-def revoke_token(session: Session, name: str, now: datetime) -> TokenInfo | None:
-    """Mark the live token ``name`` revoked; None if there is no such live token."""
+def revoke_token(session: Session, name: str, now: datetime) -> tuple[int, TokenInfo] | None:
+    """Mark the live token ``name`` revoked; its row id and info, or None if there is no such
+    live token."""
     row = session.scalar(
         select(ApiToken).where(ApiToken.name == name, ApiToken.revoked_at.is_(None))
     )
@@ -60,7 +83,7 @@ def revoke_token(session: Session, name: str, now: datetime) -> TokenInfo | None
         return None
     row.revoked_at = now
     session.flush()
-    return TokenInfo(row.name, row.role, row.created_at, row.created_by, row.revoked_at)
+    return row.id, TokenInfo(row.name, row.role, row.created_at, row.created_by, row.revoked_at)
 
 
 def token_name_taken(session: Session, name: str) -> bool:

@@ -274,7 +274,7 @@ def test_secrets_are_referenced_never_written_in_a_workload() -> None:
     for workload in workloads():
         for container in containers(workload):
             for name, item in env_of(container).items():
-                if name in ("CALMON_DATABASE_URL", "CALMON_ADMIN_TOKEN"):
+                if name in ("CALMON_DATABASE_URL", "CALMON_ADMIN_TOKEN", "CALMON_AUDIT_KEY"):
                     assert "value" not in item, f"{name} written in {workload['metadata']['name']}"
                     ref = item["valueFrom"]["secretKeyRef"]
                     referenced.add((ref["name"], ref["key"]))

@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 from flask.testing import FlaskClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlalchemy import text
 
 from service.calibration import fit_temperature
@@ -291,6 +293,7 @@ def test_cli_gate_exit_codes(served: Served, tmp_path: Path) -> None:  # noqa: F
     assert failing.returncode == 1, failing.stderr
     assert "gate FAIL" in failing.stdout and "[FAIL] eval_samples" in failing.stdout
     assert "confidence  accuracy" in failing.stdout
+    assert "baseline, measured by calmon when it fitted the contract" in failing.stdout
     policy = tmp_path / "policy.json"
     policy.write_text(
         json.dumps({"min_eval_samples": 1, "max_ece": 0.9, "require_nll_improvement": False})
@@ -335,7 +338,7 @@ def test_cli_fit_registers_a_contract_from_csv_and_npz(
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps(contract_fields("from-files")))
 
-    def fit_cli(eval_path: Path) -> subprocess.CompletedProcess[str]:
+    def fit_cli(eval_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
         return run_cli(
             "fit",
             "--url",
@@ -348,18 +351,29 @@ def test_cli_fit_registers_a_contract_from_csv_and_npz(
             str(tmp_path / "fit.csv"),
             "--eval",
             str(eval_path),
+            *extra,
         )
 
     result = fit_cli(tmp_path / "eval.npz")
     assert result.returncode == 0, result.stderr
     registered = json.loads(result.stdout)
+    assert registered["baseline_source"] == "measured"
     expected = fit_temperature(np.array(fit_set["logits"]), np.array(fit_set["labels"]))
     assert registered["calibrator"]["temperature"] == pytest.approx(expected.temperature, rel=1e-9)
     status, stored = served.call("GET", f"/v1/contracts/{registered['id']}")
     assert status == 200 and stored["baseline"]["eval"]["calibrated"]["n"] == 400
+    status, decision = served.call("POST", "/v1/gate", {"contract_id": registered["id"]})
+    assert status == 201 and decision["evidence"]["baseline_source"] == "measured"
     same = fit_cli(tmp_path / "fit.csv")
     assert same.returncode == 2
     assert "same fingerprint" in same.stderr
+    local = fit_cli(tmp_path / "eval.npz", "--local")
+    assert local.returncode == 0, local.stderr
+    here = json.loads(local.stdout)
+    assert here["baseline_source"] == "supplied" and here["version"] == 2
+    assert here["calibrator"] == registered["calibrator"]
+    status, decision = served.call("POST", "/v1/gate", {"contract_id": here["id"]})
+    assert status == 201 and decision["evidence"]["baseline_source"] == "supplied"
 
 
 def test_reference_sets_are_fingerprinted_identically() -> None:
@@ -369,3 +383,171 @@ def test_reference_sets_are_fingerprinted_identically() -> None:
     b = LabeledSet(np.array(REFERENCE_FIT_LOGITS, float), np.array(REFERENCE_FIT_LABELS))
     assert a.fingerprint() == b.fingerprint()
     assert a.fingerprint() != LabeledSet(a.inputs[::-1].copy(), a.labels[::-1].copy()).fingerprint()
+
+
+def test_the_evidence_says_who_measured_the_baseline(client: FlaskClient, auth: Auth) -> None:
+    measured = fitted(client, auth)
+    supplied = client.post(
+        "/v1/contracts", json=registration_body(measured, model="supplied"), headers=auth.headers()
+    ).get_json()
+    lenient = {"min_eval_samples": 1, "max_ece": 0.9, "require_nll_improvement": False}
+    by_calmon = gate(client, auth, contract_id=measured["id"], policy=lenient)
+    by_registrant = gate(client, auth, contract_id=supplied["id"], policy=lenient)
+    assert by_calmon["evidence"]["baseline_source"] == "measured"
+    assert by_registrant["evidence"]["baseline_source"] == "supplied"
+    assert by_calmon["decision"] == by_registrant["decision"] == "pass"
+    assert "measured_baseline" not in checks_of(by_registrant), "off by default"
+    assert by_calmon["policy"]["require_measured_baseline"] is False
+    events = client.get("/v1/audit/events?type=contract_registered", headers=auth.headers())
+    assert events.get_json()["events"][0]["details"]["baseline_source"] == "supplied"
+
+    strict = {**lenient, "require_measured_baseline": True}
+    refused = gate(client, auth, contract_id=supplied["id"], policy=strict)
+    assert refused["decision"] == "fail"
+    check = checks_of(refused)["measured_baseline"]
+    assert check["observed"] == "supplied" and not check["passed"]
+    assert "send a fresh evaluation set" in check["message"]
+    assert gate(client, auth, contract_id=measured["id"], policy=strict)["decision"] == "pass"
+    _, fresh, _ = calibrated_sets(600, seed=8)
+    evaluated = gate(client, auth, contract_id=supplied["id"], policy=strict, evaluation=fresh)
+    assert checks_of(evaluated)["measured_baseline"] == {
+        **checks_of(evaluated)["measured_baseline"],
+        "passed": True,
+        "observed": "evaluation",
+    }
+    assert evaluated["evidence"]["source"]["kind"] == "evaluation"
+    assert evaluated["evidence"]["baseline_source"] == "supplied"
+
+    from service.remote import gate_report
+
+    assert "supplied by the registrant" in gate_report(by_registrant)
+    assert "measured by calmon when it fitted" in gate_report(by_calmon)
+    assert "a fresh evaluation set" in gate_report(evaluated)
+
+
+HOSTILE = "1" + "0" * 400
+
+
+@pytest.mark.parametrize(
+    "raw, field",
+    [
+        ('"policy": {"max_ece": 1e400}', "policy.max_ece"),
+        ('"policy": {"max_ece": -1e400}', "policy.max_ece"),
+        (f'"policy": {{"max_ece": {HOSTILE}}}', "policy.max_ece"),
+        (f'"policy": {{"max_ece_ci_upper": -{HOSTILE}}}', "policy.max_ece_ci_upper"),
+        (f'"policy": {{"min_eval_samples": {HOSTILE}}}', "policy.min_eval_samples"),
+        ('"policy": {"min_bin_samples": 1e3}', "policy.min_bin_samples"),
+        ('"policy": {"min_eval_samples": 1000000001}', "policy.min_eval_samples"),
+        ('"policy": {"max_ece": {"x": 1}}', "policy.max_ece"),
+        ('"policy": {"max_ece": [0.1]}', "policy.max_ece"),
+        ('"policy": {"max_ece": "0.1"}', "policy.max_ece"),
+        ('"policy": {"max_ece": true}', "policy.max_ece"),
+        ('"policy": {"require_measured_baseline": "yes"}', "policy.require_measured_baseline"),
+        ('"policy": []', "policy"),
+        ('"policy": 0', "policy"),
+        ('"policy": false', "policy"),
+        ('"policy": ""', "policy"),
+        (f'"evaluation": {{"logits": [[{HOSTILE}, 0, 0]], "labels": [0]}}', "evaluation.logits"),
+        ('"evaluation": {"logits": [[1e400, 0, 0]], "labels": [0]}', "evaluation.logits"),
+        ('"evaluation": {"logits": [[1e308, -1e308, 0]], "labels": [0]}', "evaluation.logits"),
+        ('"evaluation": {"logits": [[{}, 0, 0]], "labels": [0]}', "evaluation.logits"),
+        (f'"evaluation": {{"logits": [[1, 0, 0]], "labels": [{HOSTILE}]}}', "evaluation.labels"),
+        ('"evaluation": {"logits": [[1, 0, 0]], "labels": [0.5]}', "evaluation.labels"),
+        ('"evaluation": {"logits": [[1, 0, 0]]}', "evaluation.labels"),
+        ('"evaluation": {"scores": [0.5], "labels": [0]}', "evaluation"),
+        ('"evaluation": 5', "evaluation"),
+        ('"evaluation": [[1, 0, 0]]', "evaluation"),
+    ],
+)
+def test_hostile_gate_requests_get_422_naming_the_field(
+    client: FlaskClient, auth: Auth, raw: str, field: str
+) -> None:
+    contract = fitted(client, auth)
+    response = client.post(
+        "/v1/gate",
+        data=f'{{"contract_id": "{contract["id"]}", {raw}}}',
+        headers={**auth.headers(), "Content-Type": "application/json"},
+    )
+    assert response.status_code == 422, (raw, response.get_json())
+    fields = [d["field"] for d in response.get_json()["error"]["details"]]
+    assert any(
+        f == field or f.startswith(f"{field}[") or f.startswith(f"{field}.") for f in fields
+    ), (
+        raw,
+        fields,
+    )
+
+
+@pytest.mark.parametrize(
+    "body", ['{"contract_id": NaN}', '{"contract_id": "x", "policy": {"max_ece": NaN}}']
+)
+def test_non_json_numbers_are_refused_before_the_gate(
+    client: FlaskClient, auth: Auth, body: str
+) -> None:
+    response = client.post(
+        "/v1/gate", data=body, headers={**auth.headers(), "Content-Type": "application/json"}
+    )
+    assert 400 <= response.status_code < 500
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**30), 10**30)
+    | st.just(10**400)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3)
+    ),
+    max_leaves=12,
+)
+policy_values = st.dictionaries(
+    st.sampled_from(
+        [
+            "max_ece",
+            "max_ece_ci_upper",
+            "min_eval_samples",
+            "min_bin_samples",
+            "require_nll_improvement",
+            "require_disjoint_eval",
+            "require_measured_baseline",
+            "other",
+        ]
+    ),
+    json_values,
+    max_size=4,
+)
+evaluations = st.one_of(
+    json_values,
+    st.fixed_dictionaries(
+        {
+            "logits": st.lists(
+                st.one_of(st.lists(json_values, min_size=3, max_size=3), json_values), max_size=4
+            ),
+            "labels": st.lists(json_values, max_size=4),
+        }
+    ),
+)
+
+
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(policy=st.one_of(json_values, policy_values), evaluation=evaluations)
+def test_fuzzed_policies_and_evaluations_never_fail_the_server(
+    client: FlaskClient, auth: Auth, policy: Any, evaluation: Any
+) -> None:
+    listed = client.get("/v1/contracts?model=glyphs", headers=auth.headers()).get_json()
+    contract_id = (
+        listed["contracts"][0]["id"] if listed["contracts"] else fitted(client, auth)["id"]
+    )
+    response = client.post(
+        "/v1/gate",
+        json={"contract_id": contract_id, "policy": policy, "evaluation": evaluation},
+        headers=auth.headers(),
+    )
+    assert response.status_code in (201, 422), response.get_data(as_text=True)
+    if response.status_code == 422:
+        details = response.get_json()["error"]["details"]
+        assert details and all(d["field"] for d in details)
