@@ -23,7 +23,15 @@ class Settings:
     ``refresh_seconds`` is how often stored readings behind the Prometheus gauges are recomputed,
     by a thread in each service process (one at a time, by lease) unless ``refresh_in_service``
     is off and ``calmon refresh --loop`` runs instead;
-    ``max_body_bytes`` bounds a request body (larger bodies get 413).
+    ``max_body_bytes`` bounds a request body (larger bodies get 413);
+    ``max_cohort_values`` and ``max_cohort_keys`` bound a model's distinct values per cohort key
+    and its distinct cohort keys (the rest fold into ``__other__``, ``service.cohorts``);
+    ``max_pending_labels`` bounds a model's labels waiting for their prediction and
+    ``pending_label_days`` is how many days one may wait (by when it was received) before the
+    refresher or ``calmon prune`` deletes it;
+    ``audit_key``, when set, makes the audit chain HMAC-SHA256 under that key (comma-separated
+    keys: the first signs new events, the others still verify older segments; see
+    ``service.audit``).
     """
 
     database_url: str = field(default_factory=default_database_url)
@@ -33,10 +41,21 @@ class Settings:
     refresh_in_service: bool = True
     max_body_bytes: int = 16 * 1024 * 1024
     max_cohort_values: int = 100
+    max_cohort_keys: int = 16
+    max_pending_labels: int = 1_000_000
+    pending_label_days: int = 30
     log_level: str = "INFO"
+    audit_key: str | None = None
 
 
 _ENV_PREFIX = "CALMON_"
+_POSITIVE_INTS = (
+    "max_body_bytes",
+    "max_cohort_values",
+    "max_cohort_keys",
+    "max_pending_labels",
+    "pending_label_days",
+)
 
 
 def _coerce(name: str, raw: Any) -> Any:
@@ -52,11 +71,11 @@ def _coerce(name: str, raw: Any) -> Any:
         if str(raw).lower() in ("0", "false", "no", "off"):
             return False
         raise ValueError(f"expected true or false, got {raw!r}")
-    if name in ("max_body_bytes", "max_cohort_values"):
+    if name in _POSITIVE_INTS:
         return int(raw)
     if name == "refresh_seconds":
         return float(raw)
-    if name == "admin_token":
+    if name in ("admin_token", "audit_key"):
         return raw or None
     return raw
 
@@ -84,8 +103,9 @@ def load_settings(
             raise ValueError(f"unknown setting {name!r}")
         values[name] = _coerce(name, raw)
     settings = Settings(**values)
-    if settings.max_body_bytes <= 0 or settings.max_cohort_values <= 0:
-        raise ValueError("CALMON_MAX_BODY_BYTES and CALMON_MAX_COHORT_VALUES must be positive")
+    for name in _POSITIVE_INTS:
+        if getattr(settings, name) <= 0:
+            raise ValueError(f"{_ENV_PREFIX}{name.upper()} must be positive")
     if settings.refresh_seconds <= 0:
         raise ValueError("CALMON_REFRESH_SECONDS must be positive")
     return settings

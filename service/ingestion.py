@@ -18,12 +18,12 @@ from sqlalchemy.orm import Session
 
 from service.batches import PredictionBatch, parse_envelope, parse_labels, parse_predictions
 from service.bucketing import bucket_deltas, epoch_seconds, merge_deltas
-from service.cohorts import cap_values, slices_of
+from service.cohorts import admit_cohorts, slices_of
 from service.config import Settings
 from service.contracts import Contract
 from service.errors import Conflict, ErrorDetail, NoActiveContract, NotFound, ValidationFailed
+from service.exporter.instruments import PENDING_LABELS_REJECTED
 from service.storage import buckets as bucket_store
-from service.storage import cohorts as cohort_store
 from service.storage import contracts as contracts_store
 from service.storage import predictions as prediction_store
 from service.storage.buckets import BucketDelta, BucketKey, apply_deltas
@@ -57,6 +57,7 @@ class LabelsApplied:
     duplicates: int = 0
     conflicts: list[dict[str, Any]] = field(default_factory=list)
     delays_seconds: list[float] = field(default_factory=list)
+    rejected_pending: list[str] = field(default_factory=list)
 
     def compare(self, ident: str, label: int, earlier: int, reason: str) -> None:
         """Count a label met again: a duplicate if it agrees, else a conflict (not applied)."""
@@ -73,6 +74,8 @@ class LabelsApplied:
             "pending": self.pending,
             "duplicates": self.duplicates,
             "conflicts": self.conflicts,
+            "rejected_pending": len(self.rejected_pending),
+            "rejected_pending_ids": self.rejected_pending,
         }
 
 
@@ -199,7 +202,7 @@ def ingest_predictions(
     _model_or_404(session, envelope.model)
     contract = _binding_contract(session, envelope.model, envelope.contract_id, now)
     spec = contract.spec
-    batch = parse_predictions(envelope.items, task=spec.task, n_classes=len(spec.classes))
+    batch = parse_predictions(envelope.items, task=spec.task, n_classes=len(spec.classes), now=now)
     _check_retention_horizon(session, batch.ts)
     row_bytes = _row_bytes(batch.inputs)
     cohort_of, distinct = _distinct_cohorts(batch.cohorts)
@@ -212,11 +215,7 @@ def ingest_predictions(
     keep, repeats = _dedupe_batch(batch, digests)
 
     used = sorted({cohort_of[i] for i in keep})
-    known = cohort_store.admitted_values(
-        session, envelope.model, {key for k in used for key in distinct[k]}
-    )
-    capped, admitted = cap_values([distinct[k] for k in used], known, settings.max_cohort_values)
-    cohort_store.admit_values(session, envelope.model, admitted)
+    capped = admit_cohorts(session, envelope.model, [distinct[k] for k in used], settings)
     slices = {k: slices_of(c) for k, c in zip(used, capped, strict=True)}
     slices_json = {k: json.dumps(v, separators=(",", ":")) for k, v in slices.items()}
     rows = [
@@ -294,16 +293,18 @@ def ingest_labels(
     """Join labels to their predictions; keep early ones pending; report duplicates/conflicts."""
     envelope = parse_envelope(body, "labels", MAX_BATCH_ITEMS)
     _model_or_404(session, envelope.model)
-    batch = parse_labels(envelope.items, classes=_label_classes(session, envelope.model, now))
+    batch = parse_labels(
+        envelope.items, classes=_label_classes(session, envelope.model, now), now=now
+    )
     result = LabelsApplied(model=envelope.model)
     first_label = dict(zip(batch.ids, batch.labels, strict=True))
     for ident, label in batch.repeats:
         result.compare(ident, label, first_label[ident], "repeated in the batch")
     # In key order, the primary-key probes and inserts walk the indexes in order.
     staged = sorted(zip(batch.ids, batch.labels, batch.ts, strict=True))
-    joined, result.pending, stored = prediction_store.record_labels(
-        session, envelope.model, staged, now
-    )
+    joined, waiting, stored = prediction_store.record_labels(session, envelope.model, staged, now)
+    result.rejected_pending = _cap_waiting(session, envelope.model, waiting, settings)
+    result.pending = len(waiting) - len(result.rejected_pending)
     for ident, label, _ in staged:
         if ident in stored:
             result.compare(ident, label, stored[ident], "a different label was received before")
@@ -311,7 +312,26 @@ def ingest_labels(
     result.delays_seconds = (joined.label_seconds - joined.seconds).astype(float).tolist()
     _count_joined(session, envelope.model, joined)
     session.commit()
+    if result.rejected_pending:
+        PENDING_LABELS_REJECTED.labels(envelope.model).inc(len(result.rejected_pending))
     return result
+
+
+def _cap_waiting(session: Session, model: str, waiting: list[str], settings: Settings) -> list[str]:
+    """Unstore the batch's new waiting labels (``waiting``, sorted ids) that would take the
+    model's waiting labels over ``max_pending_labels``; returns their ids (the last in id order).
+
+    Concurrent batches each count what is committed plus their own, so the cap can be exceeded by
+    the waiting labels of batches committing at the same moment.
+    """
+    if not waiting:
+        return []
+    excess = prediction_store.count_waiting_labels(session, model) - settings.max_pending_labels
+    if excess <= 0:
+        return []
+    rejected = waiting[max(len(waiting) - excess, 0) :]
+    prediction_store.delete_waiting_labels(session, model, rejected)
+    return rejected
 
 
 def _count_joined(session: Session, model: str, joined: prediction_store.JoinedLabels) -> None:

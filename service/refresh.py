@@ -3,6 +3,11 @@
 Prometheus scrapes read only the stored readings, so every worker and replica answers the same
 numbers and a scrape never touches raw predictions. One refresher runs at a time: whoever holds
 the ``refresh`` lease (a row with an expiry, so a crashed holder is replaced).
+
+Each model is refreshed in its own transaction and a model whose refresh raises is skipped: it
+is logged and counted (``calmon_refresh_failures_total{model}``), its previous readings stay
+stored and served, and their ``calmon_readings_age_seconds`` grows, while every other model's
+readings and the exposition are refreshed as usual. Maintenance steps are isolated the same way.
 """
 
 from __future__ import annotations
@@ -22,9 +27,11 @@ from sqlalchemy.orm import Session
 from service.cohorts import ALL
 from service.config import Settings
 from service.exporter.collector import render_readings
+from service.exporter.instruments import REFRESH_FAILURES
 from service.ingestion import sweep_waiting_labels
 from service.monitoring import calibration_reading
 from service.operations import utcnow
+from service.retention import expire_pending
 from service.storage import audit, partitions
 from service.storage import buckets as bucket_store
 from service.storage import contracts as contracts_store
@@ -49,9 +56,12 @@ MAINTAIN_EVERY = timedelta(minutes=5)
 
 @dataclass(frozen=True)
 class RefreshReport:
+    """One refresh: models attempted, readings stored, wall time (s), models that failed."""
+
     models: int
     readings: int
     seconds: float
+    failed: tuple[str, ...] = ()
 
 
 def gauge_values(reading: dict[str, Any]) -> dict[str, Any]:
@@ -131,20 +141,58 @@ def refresh_model(session: Session, model: str, settings: Settings, now: datetim
     return len(rows)
 
 
+def log_failure(message: str, exc: Exception, **fields: Any) -> None:
+    """Log a failed step with the exception's type; a database error by class name only (its
+    text may quote parameters), anything else with its traceback."""
+    log.error(
+        "%s: %s",
+        message,
+        type(exc).__name__,
+        extra={**fields, "error": type(exc).__name__},
+        exc_info=None if isinstance(exc, SQLAlchemyError) else exc,
+    )
+
+
 def refresh_all(db: Database, settings: Settings, now: datetime | None = None) -> RefreshReport:
-    """Refresh every model that has a contract, one transaction per model."""
+    """Refresh every model that has a contract, one transaction per model, then the exposition.
+
+    A model whose refresh raises is logged, counted in ``calmon_refresh_failures_total`` and
+    left with its previous readings; the others go on. Raises only if the model list or the
+    exposition cannot be read or stored.
+    """
     start = time.perf_counter()
     now = now or utcnow()
     with db.session() as session:
         models = contracts_store.model_names(session)
     readings = 0
+    failed = []
     for model in models:
-        with db.session() as session:
-            readings += refresh_model(session, model, settings, now)
+        try:
+            with db.session() as session:
+                readings += refresh_model(session, model, settings, now)
+        except Exception as exc:
+            failed.append(model)
+            REFRESH_FAILURES.labels(model).inc()
+            log_failure("model refresh failed", exc, model=model)
     with db.session() as session:
         store_exposition(session, render_readings(all_readings(session)), now)
         session.commit()
-    return RefreshReport(len(models), readings, time.perf_counter() - start)
+    return RefreshReport(len(models), readings, time.perf_counter() - start, tuple(failed))
+
+
+def expire_pending_labels(db: Database, settings: Settings, now: datetime) -> int:
+    """Delete every model's labels that have waited ``pending_label_days`` for their prediction,
+    one transaction per model (a failing model is logged and skipped); returns how many."""
+    with db.session() as session:
+        models = contracts_store.model_names(session)
+    total = 0
+    for model in models:
+        try:
+            with db.session() as session:
+                total += expire_pending(session, model, settings, now)
+        except Exception as exc:
+            log_failure("expiring pending labels failed", exc, model=model)
+    return total
 
 
 class Refresher:
@@ -176,30 +224,55 @@ class Refresher:
                 return None
         now = utcnow()
         if self._maintained_at is None or now - self._maintained_at >= MAINTAIN_EVERY:
-            with self.db.session() as session:
-                created = partitions.ensure_ahead(session.connection(), now)
-                session.commit()
-                if created:
-                    log.info("created partitions", extra={"partitions": [p.name for p in created]})
-                refresh_planner_statistics(session, ("predictions", "prediction_keys", "labels"))
+            self.maintain(now)
             self._maintained_at = now
         self.last_report = refresh_all(self.db, self.settings)
         return self.last_report
 
+    def maintain(self, now: datetime) -> None:
+        """Partitions ahead, planner statistics, expiry of pending labels: each on its own, so
+        one failing neither stops the others nor the refresh."""
+        try:
+            with self.db.session() as session:
+                created = partitions.ensure_ahead(session.connection(), now)
+                session.commit()
+            if created:
+                log.info("created partitions", extra={"partitions": [p.name for p in created]})
+        except Exception as exc:
+            log_failure("creating partitions failed", exc)
+        try:
+            with self.db.session() as session:
+                refresh_planner_statistics(session, ("predictions", "prediction_keys", "labels"))
+        except Exception as exc:
+            log_failure("refreshing planner statistics failed", exc)
+        try:
+            expire_pending_labels(self.db, self.settings, now)
+        except Exception as exc:
+            log_failure("expiring pending labels failed", exc)
+
+    def run_logged(self) -> RefreshReport | None:
+        """``run_once`` that logs and swallows a failure (the database gone, say), so a loop
+        around it keeps going; None when it failed or another process holds the lease."""
+        try:
+            report = self.run_once()
+        except SQLAlchemyError as exc:
+            log.warning("refresh failed: %s", type(exc).__name__)
+            return None
+        except Exception:
+            log.exception("refresh failed")
+            return None
+        if report is not None:
+            log.info(
+                "refreshed readings",
+                extra={
+                    "models": report.models,
+                    "readings": report.readings,
+                    "failed": list(report.failed),
+                    "seconds": round(report.seconds, 3),
+                },
+            )
+        return report
+
     def _run(self) -> None:
         while not self._stop.wait(self.settings.refresh_seconds):
-            try:
-                report = self.run_once()
-                if report is not None:
-                    log.info(
-                        "refreshed readings",
-                        extra={
-                            "models": report.models,
-                            "readings": report.readings,
-                            "seconds": round(report.seconds, 3),
-                        },
-                    )
-            except SQLAlchemyError as exc:
-                log.warning("refresh failed: %s", type(exc).__name__)
-            except Exception:
-                log.exception("refresh failed")
+            self.run_logged()

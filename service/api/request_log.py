@@ -1,4 +1,8 @@
-"""Request ids and one structured log line per request (never a token, never a body)."""
+"""Request ids and one structured log line per request (never a token, never a body).
+
+The method is logged as the metrics label it (``OTHER`` for a non-standard one), and the route
+as its template: a client cannot write arbitrary text into the log.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +13,10 @@ import uuid
 
 from flask import Flask, Response, g, request
 
+from service.exporter.instruments import method_label
+
 log = logging.getLogger("service.requests")
-_SAFE_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+_SAFE_ID = re.compile(r"[A-Za-z0-9._-]{1,64}\Z")
 
 
 def init_request_log(app: Flask) -> None:
@@ -33,7 +39,7 @@ def init_request_log(app: Flask) -> None:
             "request",
             extra={
                 "request_id": request_id,
-                "method": request.method,
+                "method": method_label(request.method),
                 "route": request.url_rule.rule if request.url_rule is not None else None,
                 "status": response.status_code,
                 "duration_ms": round((time.perf_counter() - g.request_logged_start) * 1000, 2),

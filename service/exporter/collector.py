@@ -8,7 +8,7 @@ of a second, too slow to repeat on every scrape; the refresher renders them once
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -99,10 +99,22 @@ def render_readings(rows: Iterable[ReadingRow]) -> bytes:
 
 
 class ExpositionCollector(Collector):
-    """Live samples about the stored exposition: whether it could be read, and its age."""
+    """Live samples about the stored readings: whether they could be read, and their age.
 
-    def __init__(self, computed_at: datetime | None, now: datetime, readable: bool) -> None:
-        self.computed_at, self.now, self.readable = computed_at, now, readable
+    ``models`` maps each model to when its first contract was registered and when its stored
+    readings were computed (``service.storage.readings.readings_times``); ``exposition_at`` is
+    when the served exposition was rendered.
+    """
+
+    def __init__(
+        self,
+        exposition_at: datetime | None,
+        now: datetime,
+        readable: bool,
+        models: Mapping[str, tuple[datetime, datetime | None]] | None = None,
+    ) -> None:
+        self.exposition_at, self.now, self.readable = exposition_at, now, readable
+        self.models = dict(models or {})
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         yield GaugeMetricFamily(
@@ -110,9 +122,26 @@ class ExpositionCollector(Collector):
             "1 when the stored readings could be read.",
             value=1 if self.readable else 0,
         )
-        if self.computed_at is not None:
-            yield GaugeMetricFamily(
-                "calmon_readings_age_seconds",
-                "Seconds since the stored readings were computed.",
-                value=(self.now - self.computed_at).total_seconds(),
+        if not self.readable:
+            return
+        ages = GaugeMetricFamily(
+            "calmon_readings_age_seconds",
+            "Seconds since the model's served readings were computed (since its first contract"
+            " while it has none); grows while its refresh fails.",
+            labels=["model"],
+        )
+        for model, (registered, computed) in sorted(self.models.items()):
+            ages.add_metric(
+                [model], (self.now - self.served_since(registered, computed)).total_seconds()
             )
+        yield ages
+
+    def served_since(self, registered: datetime, computed: datetime | None) -> datetime:
+        """When the readings served for a model were computed, at the latest.
+
+        The served exposition holds the readings stored when it was rendered, so they are no
+        newer than either time; a model without readings in it counts from its registration.
+        """
+        if computed is None or self.exposition_at is None:
+            return registered
+        return min(computed, self.exposition_at)

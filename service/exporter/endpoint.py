@@ -12,9 +12,15 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from service.api.session import database
 from service.exporter.collector import ExpositionCollector
-from service.exporter.instruments import INGEST_ROUTES, REQUEST_DURATION, record_rejection
+from service.exporter.instruments import (
+    INGEST_ROUTES,
+    REQUEST_DURATION,
+    UNMATCHED,
+    method_label,
+    record_rejection,
+)
 from service.operations import utcnow
-from service.storage.readings import stored_exposition
+from service.storage.readings import readings_times, stored_exposition
 
 bp = Blueprint("metrics", __name__)
 
@@ -25,11 +31,12 @@ def metrics() -> Response:
     try:
         with database().session() as session:
             stored = stored_exposition(session)
+            models = readings_times(session)
         readable = True
     except SQLAlchemyError:
-        stored, readable = None, False
+        stored, models, readable = None, {}, False
     live = CollectorRegistry(auto_describe=False)
-    live.register(ExpositionCollector(stored[1] if stored else None, utcnow(), readable))
+    live.register(ExpositionCollector(stored[1] if stored else None, utcnow(), readable, models))
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         process = CollectorRegistry(auto_describe=False)
         MultiProcessCollector(process)
@@ -49,11 +56,11 @@ def init_metrics(app: Flask) -> None:
     @app.after_request
     def _observe(response: Response) -> Response:
         started = g.get("request_started")
-        endpoint = request.url_rule.rule if request.url_rule is not None else "(unmatched)"
+        endpoint = request.url_rule.rule if request.url_rule is not None else UNMATCHED
         if started is not None:
-            REQUEST_DURATION.labels(endpoint, request.method, str(response.status_code)).observe(
-                time.perf_counter() - started
-            )
+            REQUEST_DURATION.labels(
+                endpoint, method_label(request.method), str(response.status_code)
+            ).observe(time.perf_counter() - started)
         if response.status_code >= 400 and endpoint in INGEST_ROUTES:
             error = (response.get_json(silent=True) or {}).get("error", {})
             items = {d.get("item") for d in error.get("details", []) if d.get("item") is not None}

@@ -1,7 +1,9 @@
 """In-process counters and histograms, declared once per process.
 
 Under gunicorn, ``PROMETHEUS_MULTIPROC_DIR`` is set before the workers start (``service.server``)
-so these add up across workers.
+so these add up across workers, the refresher thread's counters included. Every label takes
+values from a bounded set: model names (registered by an admin), outcomes and reasons the code
+names, route templates, and the HTTP methods of ``METHODS``.
 """
 
 from __future__ import annotations
@@ -44,10 +46,36 @@ LABEL_DELAY = Histogram(
 )
 REQUEST_DURATION = Histogram(
     "calmon_http_request_duration_seconds",
-    "HTTP request latency by route template, method and status.",
+    "HTTP request latency by route template (unmatched: no route), method (OTHER: not a"
+    " standard method) and status.",
     ["endpoint", "method", "status"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
+REFRESH_FAILURES = Counter(
+    "calmon_refresh_failures",
+    "Refreshes of a model's stored readings that raised (its previous readings stay served).",
+    ["model"],
+)
+PENDING_LABELS_EXPIRED = Counter(
+    "calmon_pending_labels_expired",
+    "Labels deleted after waiting CALMON_PENDING_LABEL_DAYS for their prediction.",
+    ["model"],
+)
+PENDING_LABELS_REJECTED = Counter(
+    "calmon_pending_labels_rejected",
+    "Labels refused because CALMON_MAX_PENDING_LABELS labels already wait for their prediction.",
+    ["model"],
+)
+
+#: The methods ``calmon_http_request_duration_seconds`` names; any other is ``OTHER``.
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+#: The ``endpoint`` of requests no route matched (404s, and 405s, whose rule is unknown).
+UNMATCHED = "unmatched"
+
+
+def method_label(method: str) -> str:
+    """The request method as a label value: itself if standard, else ``OTHER``."""
+    return method if method in METHODS else "OTHER"
 
 
 def observe_many(histogram: Histogram, values: Sequence[float]) -> None:

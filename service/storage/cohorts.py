@@ -1,4 +1,4 @@
-"""Cohort values admitted per model and key (the cap on distinct values)."""
+"""Cohort keys and values admitted per model (the caps on distinct keys and values)."""
 
 from __future__ import annotations
 
@@ -11,32 +11,43 @@ from sqlalchemy.orm import Session
 from service.storage.models import CohortValue, ModelRecord, table_of
 
 
-def admitted_values(session: Session, model: str, keys: Collection[str]) -> dict[str, set[str]]:
-    """The values already admitted for each of ``keys``."""
-    out: dict[str, set[str]] = {k: set() for k in keys}
-    if not keys:
-        return out
-    rows = session.execute(
-        select(CohortValue.key, CohortValue.value).where(
-            CohortValue.model == model, CohortValue.key.in_(list(keys))
+def admitted(session: Session, model: str, keys: Collection[str]) -> dict[str, set[str]]:
+    """Every cohort key admitted for ``model``, with its admitted values for those in ``keys``
+    (the others map to an empty set: they count against the key cap, their values do not
+    matter)."""
+    out: dict[str, set[str]] = {
+        key: set()
+        for key in session.scalars(
+            select(CohortValue.key).where(CohortValue.model == model).distinct()
         )
-    )
-    for key, value in rows:
-        out[key].add(value)
+    }
+    wanted = [k for k in keys if k in out]
+    if wanted:
+        rows = session.execute(
+            select(CohortValue.key, CohortValue.value).where(
+                CohortValue.model == model, CohortValue.key.in_(wanted)
+            )
+        )
+        for key, value in rows:
+            out[key].add(value)
     return out
 
 
-def admit_values(session: Session, model: str, values: Mapping[str, Sequence[str]]) -> None:
-    """Record newly admitted values.
+def lock_model(session: Session, model: str) -> None:
+    """Hold the model's row until commit (PostgreSQL; SQLite transactions are serialised already).
 
-    On PostgreSQL the model's row is locked first, so two batches cannot both admit the last
-    value under the cap; SQLite transactions are serialised already.
+    Taken before re-reading the admitted keys and values, so two batches cannot both admit the
+    last key or value under a cap.
     """
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(select(ModelRecord.name).where(ModelRecord.name == model).with_for_update())
+
+
+def admit_values(session: Session, model: str, values: Mapping[str, Sequence[str]]) -> None:
+    """Record newly admitted values (the caller holds ``lock_model``)."""
     if not any(values.values()):
         return
     dialect = session.get_bind().dialect.name
-    if dialect == "postgresql":
-        session.execute(select(ModelRecord.name).where(ModelRecord.name == model).with_for_update())
     insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(
         table_of(CohortValue)
     )

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
-from sqlalchemy import bindparam, text
+from sqlalchemy import CursorResult, bindparam, text
 from sqlalchemy.orm import Session
 
 from service.storage import staging
@@ -163,11 +163,12 @@ def join_waiting_labels(session: Session, model: str, ids: set[str]) -> dict[str
 
 def record_labels(
     session: Session, model: str, labels: Sequence[tuple[str, int, datetime]], now: datetime
-) -> tuple[JoinedLabels, int, dict[str, int]]:
+) -> tuple[JoinedLabels, list[str], dict[str, int]]:
     """Store new labels; join those whose prediction is stored.
 
-    Returns ``(joined, number left waiting for their prediction, {id: label stored before})``;
-    the last covers ids that had a label already (duplicates or conflicts, never overwritten).
+    Returns ``(joined, ids of the new labels left waiting for their prediction (sorted),
+    {id: label stored before})``; the last covers ids that had a label already (duplicates or
+    conflicts, never overwritten).
     """
     staging.load(session, "stage_labels", labels)
     exists = "EXISTS (SELECT 1 FROM prediction_keys k WHERE k.model = :model AND k.id = s.id)"
@@ -245,7 +246,39 @@ def record_labels(
             )
             if row[0] not in fresh_ids
         }
-    return joined, len(rows) - len(joined_rows), stored
+    return joined, sorted(r[0] for r in rows if not r[3]), stored
+
+
+def count_waiting_labels(session: Session, model: str) -> int:
+    """How many labels of ``model`` wait for their prediction (through their partial index)."""
+    return int(
+        session.scalar(
+            text("SELECT count(*) FROM labels WHERE model = :model AND NOT joined"),
+            {"model": model},
+        )
+        or 0
+    )
+
+
+def delete_waiting_labels(session: Session, model: str, ids: Sequence[str]) -> None:
+    """Remove waiting labels ``ids`` of ``model`` (labels this transaction has just stored)."""
+    if ids:
+        session.execute(
+            text("DELETE FROM labels WHERE model = :model AND id = :id AND NOT joined"),
+            [{"model": model, "id": i} for i in ids],
+        )
+
+
+def expire_waiting_labels(session: Session, model: str, received_before: datetime) -> int:
+    """Delete the labels of ``model`` still waiting for their prediction that were received
+    before ``received_before``; returns how many."""
+    result = session.execute(
+        text(
+            "DELETE FROM labels WHERE model = :model AND NOT joined AND received_at < :cutoff"
+        ).bindparams(bindparam("cutoff", type_=_TS)),
+        {"model": model, "cutoff": received_before},
+    )
+    return int(cast(CursorResult[Any], result).rowcount)
 
 
 def sweep_waiting_labels(session: Session, model: str) -> JoinedLabels:

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from service.storage.models import StoredExposition, StoredReading
+from service.storage.models import ModelRecord, StoredExposition, StoredReading
 
 
 @dataclass(frozen=True)
@@ -78,6 +78,18 @@ def store_exposition(session: Session, body: bytes, computed_at: datetime) -> No
     session.execute(delete(StoredExposition).where(StoredExposition.name == EXPOSITION))
     session.add(StoredExposition(name=EXPOSITION, body=body, computed_at=computed_at))
     session.flush()
+
+
+def readings_times(session: Session) -> dict[str, tuple[datetime, datetime | None]]:
+    """Per model: when its first contract was registered, and when its stored readings were
+    computed (None: it has none yet)."""
+    rows = session.execute(
+        select(ModelRecord.name, ModelRecord.created_at, func.min(StoredReading.computed_at))
+        .outerjoin(StoredReading, StoredReading.model == ModelRecord.name)
+        .group_by(ModelRecord.name, ModelRecord.created_at)
+        .order_by(ModelRecord.name)
+    )
+    return {name: (created, computed) for name, created, computed in rows}
 
 
 def stored_exposition(session: Session) -> tuple[bytes, datetime] | None:

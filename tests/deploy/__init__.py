@@ -49,13 +49,21 @@ COUNTERS = frozenset(
         "calmon_predictions_ingested_total",
         "calmon_labels_ingested_total",
         "calmon_rejected_items_total",
+        # Beyond §4, from the hardening of the refresher and of the pending labels (all {model}).
+        "calmon_refresh_failures_total",
+        "calmon_pending_labels_expired_total",
+        "calmon_pending_labels_rejected_total",
     }
 )
+# Beyond §4: live gauges computed on each scrape, about the stored readings themselves.
+# calmon_readings_age_seconds is labelled {model}; calmon_exporter_up has no labels.
+SERVICE_GAUGES = frozenset({"calmon_readings_age_seconds", "calmon_exporter_up"})
 HISTOGRAMS = frozenset({"calmon_label_delay_seconds", "calmon_http_request_duration_seconds"})
 
 # Every series name Prometheus can hold for the metrics above (a histogram is three series).
 KNOWN_SERIES = (
     GAUGES
+    | SERVICE_GAUGES
     | COUNTERS
     | HISTOGRAMS
     | {h + suffix for h in HISTOGRAMS for suffix in ("_bucket", "_sum", "_count")}

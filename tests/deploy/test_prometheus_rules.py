@@ -20,6 +20,7 @@ ALERTS = {
     "CalmonEceAboveContract",
     "CalmonLabelsStalled",
     "CalmonIngestStopped",
+    "CalmonReadingsStale",
     "CalmonDown",
 }
 

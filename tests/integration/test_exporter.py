@@ -261,3 +261,27 @@ def test_metrics_survive_a_database_outage() -> None:
     app = create_app({"database_url": "postgresql://nobody@127.0.0.1:1/none"})
     samples = scrape(app.test_client())
     assert gauge(samples, "calmon_exporter_up") == 0
+
+
+def test_invented_methods_and_unknown_paths_add_no_label_values(
+    app: Flask, client: FlaskClient
+) -> None:
+    routes = {rule.rule for rule in app.url_map.iter_rules()}
+    for method, path in [
+        ("FOO", "/no/such/path"),
+        ("FOO", "/v1/contracts"),
+        ("X" * 200, "/healthz"),
+        ("GET", "/no/such/path/either"),
+        ("PROPFIND", "/metrics"),
+    ]:
+        assert client.open(path, method=method).status_code in (404, 405)
+    series = [
+        dict(labels)
+        for name, labels in scrape(client)
+        if name == "calmon_http_request_duration_seconds_count"
+    ]
+    methods = {s["method"] for s in series}
+    endpoints = {s["endpoint"] for s in series}
+    assert "OTHER" in methods and "unmatched" in endpoints
+    assert methods <= {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "OTHER"}
+    assert endpoints <= routes | {"unmatched"}
