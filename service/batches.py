@@ -1,18 +1,35 @@
-"""Validation of prediction and label batches: every bad item listed, nothing half-accepted."""
+"""Validation of prediction and label batches: every bad item listed, nothing half-accepted.
+
+Per item: ``id`` is 1-200 characters of valid text (no NUL, no lone surrogate); ``ts`` is an
+RFC 3339 timestamp with a zone within ``service.validation``'s range around the time of receipt
+(not before 2000-01-01, at most 1 day ahead); ``cohort`` is an object of string keys (the whole
+key matches ``cohorts.KEY_PATTERN``) to strings of valid text, then ``cohorts.parse_cohort``'s
+rules; ``logits`` are K finite numbers within +-``MAX_ABS_LOGIT`` (see
+``service.calibration._checks``), ``score`` a number in [0, 1]; a label is a class index or name.
+"""
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import numpy as np
 
-from service.cohorts import parse_cohort
+from service.cohorts import KEY_PATTERN, parse_cohort
 from service.errors import ErrorCollector
-from service.validation import NAME_PATTERN, expect_object, expect_str, parse_timestamp
+from service.labeled_sets import inputs_problem, number_problem
+from service.validation import (
+    NAME_PATTERN,
+    TIMESTAMP_HINT,
+    expect_object,
+    expect_str,
+    parse_timestamp,
+    text_problem,
+    timestamp_problem,
+)
 
 MAX_ID_LENGTH = 200
 _PREDICTION_KEYS = {
@@ -20,7 +37,6 @@ _PREDICTION_KEYS = {
     "binary": frozenset({"id", "ts", "cohort", "score"}),
 }
 _LABEL_KEYS = frozenset({"id", "label", "ts"})
-_TS_HINT = "expected an RFC 3339 timestamp with a zone, e.g. 2026-10-01T00:00:00Z"
 
 
 @dataclass(frozen=True)
@@ -79,10 +95,57 @@ def parse_envelope(body: Mapping[str, Any], items_key: str, max_items: int) -> B
 
 
 def _check_id(value: Any, path: str, errors: ErrorCollector, item: int) -> str | None:
-    if type(value) is not str or not 0 < len(value) <= MAX_ID_LENGTH or "\x00" in value:
+    if type(value) is not str or not 0 < len(value) <= MAX_ID_LENGTH:
         errors.add(path, f"expected a string id of 1-{MAX_ID_LENGTH} characters", item)
         return None
+    problem = text_problem(value)
+    if problem is not None:
+        errors.add(path, problem, item)
+        return None
     return value
+
+
+def _check_ts(
+    value: Any, path: str, errors: ErrorCollector, item: int, now: datetime
+) -> datetime | None:
+    ts = parse_timestamp(value)
+    problem = TIMESTAMP_HINT if ts is None else timestamp_problem(ts, now)
+    if problem is not None:
+        errors.add(path, problem, item)
+        return None
+    return ts
+
+
+def _printable(key: str) -> str:
+    return ascii(key)[1:-1][:64]
+
+
+def _check_cohort(
+    value: Any, path: str, errors: ErrorCollector, item: int
+) -> dict[str, str] | None:
+    """The cohort's types and text (keys matching whole, values of valid text), then
+    ``parse_cohort``'s rules; ``None`` (absent) is no cohort."""
+    if value is None:
+        return {}
+    if type(value) is not dict:
+        errors.add(path, "expected an object of string keys to string values", item)
+        return None
+    for key, val in value.items():
+        if not KEY_PATTERN.fullmatch(key):
+            errors.add(
+                f"{path}.{_printable(key)}",
+                "keys are 1-64 letters, digits, _ . - starting with a letter or _",
+                item,
+            )
+            return None
+        if type(val) is not str:
+            errors.add(f"{path}.{key}", "expected a string value", item)
+            return None
+        problem = text_problem(val)
+        if problem is not None:
+            errors.add(f"{path}.{key}", problem, item)
+            return None
+    return parse_cohort(value, path, errors, item)
 
 
 def _check_row_numbers(row: Any, task: str, n_classes: int) -> str | None:
@@ -91,13 +154,11 @@ def _check_row_numbers(row: Any, task: str, n_classes: int) -> str | None:
     if task == "multiclass" and (type(row) is not list or len(row) != n_classes):
         return f"expected a list of K = {n_classes} numbers"
     for v in values:
-        if isinstance(v, bool) or not isinstance(v, int | float):
-            return "expected numbers"
-        if not np.isfinite(v):
-            return "must be finite"
-    if task == "binary" and not 0.0 <= row <= 1.0:
-        return "a score is P(positive): must be in [0, 1]"
-    return None
+        problem = number_problem(v)
+        if problem is not None:
+            return problem
+    bad = inputs_problem(np.asarray([row], dtype=np.float64), task)
+    return None if bad is None else bad[1]
 
 
 def _numbers_only(values: Iterable[Any]) -> bool:
@@ -105,8 +166,13 @@ def _numbers_only(values: Iterable[Any]) -> bool:
     return set(map(type, values)) <= {float, int}
 
 
+def _valid_texts(texts: list[str]) -> bool:
+    """True when every string is valid text (one pass over their concatenation)."""
+    return text_problem("".join(texts)) is None
+
+
 def _parse_predictions_fast(
-    items: Sequence[Any], task: str, n_classes: int
+    items: Sequence[Any], task: str, n_classes: int, now: datetime
 ) -> PredictionBatch | None:
     """Validate a whole batch with set and array operations; None if anything looks wrong.
 
@@ -129,20 +195,25 @@ def _parse_predictions_fast(
         set(map(type, ids)) != {str}
         or min(map(len, ids)) < 1
         or max(map(len, ids)) > MAX_ID_LENGTH
-        or any("\x00" in i for i in ids)
+        or not _valid_texts(ids)
     ):
         return None
     stamps = [parse_timestamp(t) for t in raw_ts]
     if None in stamps:
         return None
-    checked: dict[tuple[Any, ...], bool] = {}
+    valid = cast(list[datetime], stamps)
+    if timestamp_problem(min(valid), now) or timestamp_problem(max(valid), now):
+        return None
+    checked: dict[tuple[tuple[str, str], ...], bool] = {}
     cohorts = [{} if (c := item.get("cohort")) is None else c for item in items]
     if set(map(type, cohorts)) != {dict}:
+        return None
+    if not set(map(type, itertools.chain.from_iterable(c.values() for c in cohorts))) <= {str}:
         return None
     for cohort in cohorts:
         key = tuple(cohort.items())
         if key not in checked:
-            checked[key] = parse_cohort(cohort, "cohort", ErrorCollector()) is not None
+            checked[key] = _check_cohort(cohort, "cohort", ErrorCollector(), 0) is not None
         if not checked[key]:
             return None
     if task == "multiclass":
@@ -152,17 +223,23 @@ def _parse_predictions_fast(
             return None
     elif not _numbers_only(values):
         return None
-    inputs = np.asarray(values, dtype=np.float64)
-    if not np.isfinite(inputs).all():
+    try:
+        inputs = np.asarray(values, dtype=np.float64)
+    except OverflowError:
         return None
-    if task == "binary" and (inputs.min() < 0.0 or inputs.max() > 1.0):
+    if not np.isfinite(inputs).all() or inputs_problem(inputs, task) is not None:
         return None
-    return PredictionBatch(ids=ids, ts=cast(list[datetime], stamps), cohorts=cohorts, inputs=inputs)
+    return PredictionBatch(ids=ids, ts=valid, cohorts=cohorts, inputs=inputs)
 
 
-def parse_predictions(items: Sequence[Any], *, task: str, n_classes: int) -> PredictionBatch:
-    """Validate every item; raise ``ValidationFailed`` listing each bad item and field."""
-    fast = _parse_predictions_fast(items, task, n_classes)
+def parse_predictions(
+    items: Sequence[Any], *, task: str, n_classes: int, now: datetime | None = None
+) -> PredictionBatch:
+    """Validate every item against the rules of the module docstring, timestamps against the
+    time of receipt ``now`` (default: the current time); raise ``ValidationFailed`` listing each
+    bad item and field."""
+    now = now or datetime.now(UTC)
+    fast = _parse_predictions_fast(items, task, n_classes, now)
     if fast is not None:
         return fast
     errors = ErrorCollector()
@@ -184,10 +261,8 @@ def parse_predictions(items: Sequence[Any], *, task: str, n_classes: int) -> Pre
             if key not in item:
                 errors.add(f"{path}.{key}", "required field is missing", i)
         ident = _check_id(item.get("id"), f"{path}.id", errors, i) if "id" in item else None
-        ts = parse_timestamp(item.get("ts")) if "ts" in item else None
-        if ts is None and "ts" in item:
-            errors.add(f"{path}.ts", _TS_HINT, i)
-        cohort = parse_cohort(item.get("cohort"), f"{path}.cohort", errors, i)
+        ts = _check_ts(item.get("ts"), f"{path}.ts", errors, i, now) if "ts" in item else None
+        cohort = _check_cohort(item.get("cohort"), f"{path}.cohort", errors, i)
         value = item.get(value_key)
         if value_key in item:
             problem = _check_row_numbers(value, task, n_classes)
@@ -206,8 +281,12 @@ def parse_predictions(items: Sequence[Any], *, task: str, n_classes: int) -> Pre
     )
 
 
-def parse_labels(items: Sequence[Any], *, classes: Sequence[str]) -> LabelBatch:
-    """Validate labels (class index or class name) against ``classes``."""
+def parse_labels(
+    items: Sequence[Any], *, classes: Sequence[str], now: datetime | None = None
+) -> LabelBatch:
+    """Validate labels (class index or class name) against ``classes``, timestamps against the
+    time of receipt ``now`` (default: the current time)."""
+    now = now or datetime.now(UTC)
     errors = ErrorCollector()
     index_of = {name: k for k, name in enumerate(classes)}
     first: dict[str, int] = {}
@@ -225,15 +304,13 @@ def parse_labels(items: Sequence[Any], *, classes: Sequence[str]) -> LabelBatch:
         for key in sorted(_LABEL_KEYS - set(item)):
             errors.add(f"{path}.{key}", "required field is missing", i)
         ident = _check_id(item.get("id"), f"{path}.id", errors, i) if "id" in item else None
-        ts = parse_timestamp(item.get("ts")) if "ts" in item else None
-        if ts is None and "ts" in item:
-            errors.add(f"{path}.ts", _TS_HINT, i)
+        ts = _check_ts(item.get("ts"), f"{path}.ts", errors, i, now) if "ts" in item else None
         label = item.get("label")
         index: int | None = None
         if isinstance(label, str):
             index = index_of.get(label)
             if index is None and "label" in item:
-                errors.add(f"{path}.label", f"unknown class name {label[:64]!r}", i)
+                errors.add(f"{path}.label", f"unknown class name {_printable(label)!r}", i)
         elif type(label) is int:
             if 0 <= label < len(classes):
                 index = label

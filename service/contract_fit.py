@@ -21,9 +21,10 @@ from service.calibration import (
     fit_temperature,
     multiclass_reading,
 )
+from service.calibration.calibrators import check_bounds
 from service.calibration.nll_comparison import nll_difference
 from service.contracts import SPEC_FIELDS, ContractSpec, check_disjoint, parse_spec_fields
-from service.errors import ErrorCollector, ValidationFailed
+from service.errors import ErrorCollector, ErrorDetail, ValidationFailed
 from service.labeled_sets import LabeledSet, parse_labeled_set
 from service.validation import expect_object, expect_str
 
@@ -66,15 +67,25 @@ def parse_fit_request(body: Mapping[str, Any]) -> FitRequest:
 
 
 def _fit_calibrator(task: str, method: str, fit: LabeledSet) -> Calibrator:
+    """The calibrator fitted on ``fit``, within the bounds a registered one must respect
+    (``calibrators.check_bounds``): a Platt fit on scores that barely vary can exceed them."""
+    calibrator: Calibrator
     try:
         if task == "multiclass":
-            return TemperatureCalibrator(fit_temperature(fit.inputs, fit.labels).temperature)
-        if method == "platt":
+            calibrator = TemperatureCalibrator(fit_temperature(fit.inputs, fit.labels).temperature)
+        elif method == "platt":
             result = fit_platt(fit.inputs, fit.labels)
-            return PlattCalibrator(result.slope, result.intercept)
-        return TemperatureCalibrator(fit_binary_temperature(fit.inputs, fit.labels).temperature)
+            calibrator = PlattCalibrator(result.slope, result.intercept)
+        else:
+            calibrator = TemperatureCalibrator(
+                fit_binary_temperature(fit.inputs, fit.labels).temperature
+            )
+        check_bounds(calibrator)
     except CalibrationInputError as exc:
-        raise ValidationFailed(f"the calibrator could not be fitted: {exc}") from exc
+        raise ValidationFailed(
+            f"the calibrator could not be fitted: {exc}", [ErrorDetail("fit", str(exc))]
+        ) from exc
+    return calibrator
 
 
 def reading_of(

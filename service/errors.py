@@ -56,6 +56,12 @@ class LeakageError(ValidationFailed):
     code = "leakage"
 
 
+class UnreadableContract(Conflict):
+    """A stored contract holds a field the service can no longer read (409)."""
+
+    code = "unreadable_contract"
+
+
 class NoActiveContract(Conflict):
     """The model has no active contract to bind predictions to (409)."""
 

@@ -9,8 +9,9 @@ from typing import Any
 
 import numpy as np
 
+from service.calibration._checks import MAX_ABS_LOGIT
 from service.errors import ErrorCollector
-from service.validation import expect_object
+from service.validation import expect_object, finite_float
 
 
 @dataclass(frozen=True)
@@ -40,23 +41,44 @@ class LabeledSet:
         return digest.hexdigest()
 
 
+def number_problem(value: Any) -> str | None:
+    """Why ``value`` is not a finite JSON number, or None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "expected numbers"
+    if finite_float(value) is None:
+        return "must be finite"
+    return None
+
+
 def _first_bad_row(rows: Sequence[Any], width: int | None) -> tuple[int, str] | None:
     for i, row in enumerate(rows):
         values = row if width is not None else [row]
         if width is not None and (not isinstance(row, list) or len(row) != width):
             return i, f"expected a list of {width} numbers"
         for v in values:
-            if isinstance(v, bool) or not isinstance(v, int | float):
-                return i, "expected numbers"
-            if not np.isfinite(v):
-                return i, "must be finite"
+            problem = number_problem(v)
+            if problem is not None:
+                return i, problem
     return None
+
+
+def inputs_problem(array: np.ndarray, task: str) -> tuple[int, str] | None:
+    """The first row of finite inputs outside their range, and why: logits beyond
+    +-``MAX_ABS_LOGIT`` (see ``service.calibration._checks``), scores outside [0, 1]."""
+    if task == "binary":
+        outside = np.flatnonzero((array < 0) | (array > 1))
+        message = "a score is P(positive): must be in [0, 1]"
+    else:
+        outside = np.flatnonzero((np.abs(array) > MAX_ABS_LOGIT).any(axis=1))
+        message = f"logits must lie within +-{MAX_ABS_LOGIT:g} (send a masked class as -1e6)"
+    return (int(outside[0]), message) if outside.size else None
 
 
 def parse_inputs(
     value: Any, path: str, *, task: str, n_classes: int, errors: ErrorCollector
 ) -> np.ndarray | None:
-    """Logits ``(N, K)`` (multiclass) or scores ``(N,)`` in [0, 1] (binary), finite float64."""
+    """Logits ``(N, K)`` within +-``MAX_ABS_LOGIT`` (multiclass) or scores ``(N,)`` in [0, 1]
+    (binary), finite float64; a problem is reported at the first offending row."""
     if not isinstance(value, list) or not value:
         errors.add(path, "expected a non-empty list")
         return None
@@ -66,11 +88,10 @@ def parse_inputs(
         errors.add(f"{path}[{bad[0]}]", bad[1])
         return None
     array = np.asarray(value, dtype=np.float64)
-    if task == "binary":
-        outside = np.flatnonzero((array < 0) | (array > 1))
-        if outside.size:
-            errors.add(f"{path}[{int(outside[0])}]", "a score is P(positive): must be in [0, 1]")
-            return None
+    bad = inputs_problem(array, task)
+    if bad is not None:
+        errors.add(f"{path}[{bad[0]}]", bad[1])
+        return None
     return array
 
 

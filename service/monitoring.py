@@ -14,7 +14,6 @@ from sqlalchemy.orm import Session
 from service.bucketing import layout_of, threshold_of
 from service.calibration import (
     ExpectedAccuracy,
-    Reading,
     assess_drift,
     reading_from_stats,
     refit_from_knot_sums,
@@ -103,7 +102,7 @@ def calibration_reading(
         else None
     )
     seen = [t.confidence_counts for t in rows if t.confidence_counts is not None]
-    baseline = Reading.from_dict(contract.spec.baseline["eval"]["calibrated"])
+    baseline = contract.baseline_reading()
     drift = assess_drift(
         reading,
         baseline,

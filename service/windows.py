@@ -5,6 +5,10 @@ window ``[start, end)`` is read as the hour buckets it covers whole plus the 5-m
 ragged ends, so a 7-day window sums at most 168 + 24 buckets whatever the traffic. Window bounds
 are aligned to 5 minutes: the start rounds down and the end up (the 5 minutes holding ``now`` are
 included whole), so a trailing ``1h`` reads between 60 and 65 minutes of event time.
+
+A duration is the whole text ``<1 to 8 digits><s|m|h|d>`` (``24h\n`` is not ``24h``) of at most
+``MAX_WINDOW``; explicit bounds come validated from the query (``service.api.query``), within
+years whose 5-minute rounding stays representable.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 FINE = timedelta(minutes=5)
 HOUR = timedelta(hours=1)
 MAX_WINDOW = timedelta(days=400)
-_DURATION = re.compile(r"^([1-9][0-9]{0,7})([smhd])$")
+_DURATION = re.compile(r"([1-9][0-9]{0,7})([smhd])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 RESOLUTION_FINE = "5m"
@@ -33,7 +37,7 @@ class WindowError(ValueError):
 
 def parse_duration(text: str, limit: timedelta | None = MAX_WINDOW) -> timedelta:
     """``<int>[smhd]`` (``90s``, ``15m``, ``24h``, ``7d``) as a timedelta of up to ``limit``."""
-    match = _DURATION.match(text)
+    match = _DURATION.fullmatch(text)
     if not match:
         raise WindowError("window", "expected <positive integer><s|m|h|d>, e.g. 1h, 24h, 7d")
     duration = timedelta(seconds=int(match.group(1)) * _UNIT_SECONDS[match.group(2)])
@@ -75,7 +79,10 @@ class Window:
             raise WindowError("end", "must be after start")
         if end - start > MAX_WINDOW:
             raise WindowError("end", "windows longer than 400 days are not kept")
-        return cls(floor_to(start, FINE), ceil_to(end, FINE))
+        try:
+            return cls(floor_to(start, FINE), ceil_to(end, FINE))
+        except OverflowError:
+            raise WindowError("end", "lies too close to the end of the calendar") from None
 
     def tiling(self) -> list[tuple[str, datetime, datetime]]:
         """``(resolution, first bucket start, end)`` ranges whose buckets tile the window."""

@@ -1,19 +1,53 @@
-"""Query-string parameters: known names only, typed, with 422s naming the parameter."""
+"""Query-string and path parameters: known names only, typed, with 4xx replies naming them.
+
+Bounds: ``limit`` is 1 to the endpoint's maximum in ASCII digits; a ``cursor`` carries a
+sequence number of at most 2^63 - 1 (the database's bigint); timestamps lie in the range
+``service.validation.timestamp_problem`` accepts around the time of the request; no parameter
+(path or query, name or value) holds a NUL, which PostgreSQL cannot compare or store.
+"""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections.abc import Collection
-from datetime import datetime
+from datetime import UTC, datetime
 
 from flask import request
 
-from service.errors import ErrorCollector, ErrorDetail, ValidationFailed
-from service.validation import parse_timestamp
+from service.errors import ErrorCollector, ErrorDetail, NotFound, ValidationFailed
+from service.validation import TIMESTAMP_HINT, parse_timestamp, text_problem, timestamp_problem
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
+MAX_SEQ = 2**63 - 1
+_DIGITS = re.compile(r"[0-9]{1,19}")
+
+
+def check_text_arguments() -> None:
+    """Refuse a request whose path or query parameters hold text calmon cannot store.
+
+    A path segment with a NUL names nothing (404); a query parameter with one is a 422 naming it.
+    Meant to run before every view (``before_app_request``): every route passes these values to
+    the database.
+    """
+    for name, value in (request.view_args or {}).items():
+        if isinstance(value, str) and text_problem(value) is not None:
+            raise NotFound(
+                f"no {name} with that name: it holds a NUL character",
+                [ErrorDetail(name, "contains a NUL character")],
+            )
+    errors = ErrorCollector()
+    for name, values in request.args.lists():
+        label = name.replace("\x00", "\\x00")
+        if text_problem(name) is not None:
+            errors.add(label, "the parameter name contains a NUL character")
+        for value in values:
+            problem = text_problem(value)
+            if problem is not None:
+                errors.add(label, problem)
+    errors.raise_if_any("invalid query parameters")
 
 
 def check_known(allowed: Collection[str]) -> None:
@@ -25,15 +59,17 @@ def check_known(allowed: Collection[str]) -> None:
     errors.raise_if_any("unknown query parameters")
 
 
-def timestamp_arg(name: str) -> datetime | None:
+def timestamp_arg(name: str, now: datetime | None = None) -> datetime | None:
+    """The RFC 3339 timestamp ``name``, if given, within the accepted range around ``now``."""
     raw = request.args.get(name)
     if raw is None:
         return None
     parsed = parse_timestamp(raw)
-    if parsed is None:
-        raise ValidationFailed(
-            f"invalid {name}", [ErrorDetail(name, "expected an RFC 3339 timestamp with a zone")]
-        )
+    problem = (
+        TIMESTAMP_HINT if parsed is None else timestamp_problem(parsed, now or datetime.now(UTC))
+    )
+    if problem is not None:
+        raise ValidationFailed(f"invalid {name}", [ErrorDetail(name, problem)])
     return parsed
 
 
@@ -41,7 +77,7 @@ def limit_arg(default: int = DEFAULT_LIMIT, maximum: int = MAX_LIMIT) -> int:
     raw = request.args.get("limit")
     if raw is None:
         return default
-    if not raw.isdigit() or not 1 <= int(raw) <= maximum:
+    if not _DIGITS.fullmatch(raw) or not 1 <= int(raw) <= maximum:
         raise ValidationFailed("invalid limit", [ErrorDetail("limit", f"expected 1..{maximum}")])
     return int(raw)
 
@@ -58,7 +94,7 @@ def cursor_arg() -> int | None:
     try:
         text = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode()
         prefix, _, number = text.partition(":")
-        if prefix != "seq" or not number.isdigit():
+        if prefix != "seq" or not _DIGITS.fullmatch(number) or int(number) > MAX_SEQ:
             raise ValueError(text)
         return int(number)
     except (ValueError, binascii.Error, UnicodeDecodeError):

@@ -12,7 +12,7 @@ from service.api.body import json_body
 from service.api.query import check_known, timestamp_arg
 from service.api.session import db_session
 from service.auth import Permission
-from service.cohorts import parse_slice_query
+from service.cohorts import ALL, KEY_PATTERN, parse_slice_query
 from service.config import Settings
 from service.errors import ErrorDetail, ValidationFailed
 from service.exporter.instruments import (
@@ -59,7 +59,7 @@ def labels() -> Response:
 
 def _window(now: datetime) -> Window:
     name = request.args.get("window")
-    start, end = timestamp_arg("start"), timestamp_arg("end")
+    start, end = timestamp_arg("start", now), timestamp_arg("end", now)
     try:
         if start is not None or end is not None:
             if name is not None:
@@ -78,6 +78,8 @@ def slice_and_window(now: datetime) -> tuple[str, Window]:
     window = _window(now)
     try:
         slice_ = parse_slice_query(request.args.get("cohort"))
+        if slice_ != ALL and not KEY_PATTERN.fullmatch(slice_.partition("=")[0]):
+            raise ValueError("the cohort key is 1-64 letters, digits, _ . - and nothing else")
     except ValueError as exc:
         raise ValidationFailed("invalid cohort", [ErrorDetail("cohort", str(exc))]) from None
     return slice_, window

@@ -1,4 +1,19 @@
-"""Input coercion shared by the calibration modules: float64 arrays, labels, finite scalars."""
+"""Input coercion shared by the calibration modules: float64 arrays, labels, finite scalars.
+
+``MAX_ABS_LOGIT`` bounds the raw logits calmon accepts from clients (predictions, fit, eval and
+gate sets). The core itself takes any finite logits; the bound keeps every per-row statistic it
+derives from client data finite and far from overflow, whatever the data. With K <= 1,000
+classes (``service.contracts.MAX_CLASSES``) and a calibrator temperature T >= 0.05
+(``calibrators.MIN_TEMPERATURE``), a gap between two logits is at most 2e6, so after scaling:
+
+* ``|z_k - max z| / T <= 4e7``; the row's NLL ``-log p_y <= 4e7 + log K``, its Brier term <= 2;
+* the refit knot sums (``refit``), at the smallest knot temperature 0.05 (``s <= 20``), hold
+  losses <= 8e8 + log K and curvatures ``s^2 Var_p <= (20 * 4e7)^2 = 6.4e17`` per row.
+
+A bucket summing even 2^53 such rows stays below 6e33, far under float64's 1.8e308, so no
+stored sum can become infinite. 1e6 is also far beyond real model outputs (float32 logits
+rarely exceed 1e3; a masked class can be sent as -1e6, whose probability exp(-1e6) is 0).
+"""
 
 from __future__ import annotations
 
@@ -13,12 +28,14 @@ from service.calibration.errors import CalibrationInputError
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
+MAX_ABS_LOGIT = 1e6
+
 
 def float_array(values: Any, field: str, ndim: int) -> FloatArray:
     """Return ``values`` as a finite float64 array of ``ndim`` dimensions (no copy if possible)."""
     try:
         arr = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise CalibrationInputError(field, "must be an array of numbers") from exc
     if arr.ndim != ndim:
         raise CalibrationInputError(field, f"must be {ndim}-dimensional, got shape {arr.shape}")
@@ -70,7 +87,10 @@ def finite_number(value: Any, field: str) -> float:
     """Return ``value`` as a finite float; booleans and non-numbers are refused."""
     if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
         raise CalibrationInputError(field, "must be a number")
-    out = float(value)
+    try:
+        out = float(value)
+    except OverflowError:
+        raise CalibrationInputError(field, "must be finite") from None
     if not math.isfinite(out):
         raise CalibrationInputError(field, "must be finite")
     return out

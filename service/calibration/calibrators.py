@@ -5,6 +5,22 @@
 * ``IdentityCalibrator()``: multiclass ``softmax(z)``; binary ``p = s``.
 
 Binary scores ``s`` are probabilities in [0, 1]; ``logit`` clips them to [1e-6, 1 - 1e-6].
+
+Bounds on the parameters a client may set (``check_bounds``; calmon's own fits stay inside):
+
+* temperature T in [``MIN_TEMPERATURE``, ``MAX_TEMPERATURE``] = [0.05, 20], the range the
+  temperature fit searches (``fitting.T_MIN``, ``T_MAX``). The lower bound is what keeps scaled
+  logits finite (``_checks.MAX_ABS_LOGIT``); above 20 a softmax of real logits is all but
+  uniform, a calibrator no fit would choose.
+* Platt slope a in [``MIN_PLATT_SLOPE``, ``MAX_PLATT_SLOPE``] = [1e-6, 1e6] and intercept
+  |b| <= ``MAX_PLATT_INTERCEPT`` = 1e8: with clipped scores ``|logit(s)| <= 13.9``, the
+  calibrated log-odds stay below 1.2e8, so a row's NLL and the refit sums (knot scale <= 20)
+  stay finite. A slope above 1e6 spreads a score change of 1e-6 across the whole probability
+  range, one below 1e-6 squeezes every score into one probability: scores so nearly constant,
+  or so uninformative, carry no calibration to fit.
+
+Construction checks only that parameters are finite and positive where needed, so a stored
+contract from before these bounds still reads back.
 """
 
 from __future__ import annotations
@@ -68,6 +84,33 @@ class IdentityCalibrator:
 
 
 Calibrator = TemperatureCalibrator | PlattCalibrator | IdentityCalibrator
+
+MIN_TEMPERATURE, MAX_TEMPERATURE = 0.05, 20.0
+MIN_PLATT_SLOPE, MAX_PLATT_SLOPE = 1e-6, 1e6
+MAX_PLATT_INTERCEPT = 1e8
+
+
+def check_bounds(calibrator: Calibrator) -> None:
+    """Raise ``CalibrationInputError`` naming the parameter outside the bounds a client may set
+    (module docstring)."""
+    if isinstance(calibrator, TemperatureCalibrator):
+        if not MIN_TEMPERATURE <= calibrator.temperature <= MAX_TEMPERATURE:
+            raise CalibrationInputError(
+                "calibrator.temperature",
+                f"must lie in [{MIN_TEMPERATURE}, {MAX_TEMPERATURE}], got {calibrator.temperature}",
+            )
+    elif isinstance(calibrator, PlattCalibrator):
+        if not MIN_PLATT_SLOPE <= calibrator.slope <= MAX_PLATT_SLOPE:
+            raise CalibrationInputError(
+                "calibrator.slope",
+                f"must lie in [{MIN_PLATT_SLOPE:g}, {MAX_PLATT_SLOPE:g}], got {calibrator.slope:g}",
+            )
+        if abs(calibrator.intercept) > MAX_PLATT_INTERCEPT:
+            raise CalibrationInputError(
+                "calibrator.intercept",
+                f"must lie within +-{MAX_PLATT_INTERCEPT:g}, got {calibrator.intercept:g}",
+            )
+
 
 _FIELDS: dict[str, tuple[str, ...]] = {
     "temperature": ("temperature",),

@@ -33,7 +33,13 @@ from service.calibration._checks import (
     logit_matrix,
     unit_scores,
 )
-from service.calibration.calibrators import Calibrator, binary_log_odds, temperature_of
+from service.calibration.calibrators import (
+    MAX_TEMPERATURE,
+    MIN_TEMPERATURE,
+    Calibrator,
+    binary_log_odds,
+    temperature_of,
+)
 from service.calibration.errors import FitError
 from service.calibration.probabilities import (
     log_sigmoid_unchecked,
@@ -41,7 +47,7 @@ from service.calibration.probabilities import (
     sigmoid_unchecked,
 )
 
-T_MIN, T_MAX = 0.05, 20.0
+T_MIN, T_MAX = MIN_TEMPERATURE, MAX_TEMPERATURE
 LOG_T_TOL = 1e-9
 PLATT_RTOL = math.sqrt(float(np.finfo(np.float64).eps))
 PLATT_LOSS_SLACK = 1e-12

@@ -137,7 +137,15 @@ class Reading:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], field: str = "reading") -> Reading:
-        """Rebuild a reading from ``to_dict`` output (the task is told by its keys)."""
+        """Rebuild a reading from ``to_dict`` output (the task is told by its keys).
+
+        Raises ``CalibrationInputError`` naming the first field (under ``field``) that is
+        missing, unknown or of the wrong type: every key of ``to_dict`` but the inferred ones
+        (``ece_debiased`` and ``calibration_p_value``, recomputed from the bins when either is
+        absent, and ``mce_n``) and the task's extra keys; counts are integers in
+        [0, 2^53 - 1], numbers finite (metrics may be null, read as NaN); every bin has all of
+        ``lo, hi, n, mean_confidence, accuracy, ci``.
+        """
         if not isinstance(d, Mapping):
             raise CalibrationInputError(field, "must be an object")
         task = BINARY if "auc" in d else MULTICLASS
@@ -172,7 +180,10 @@ class Reading:
             )
         parsed_bins = tuple(_bin_from_dict(b, f"{field}.bins[{i}]") for i, b in enumerate(bins))
         if any(key not in d for key in ("ece_debiased", "calibration_p_value")):
-            inferred = bins_inference(parsed_bins)
+            try:
+                inferred = bins_inference(parsed_bins)
+            except CalibrationInputError as exc:
+                raise CalibrationInputError(f"{field}.bins", exc.message) from None
             values["ece_debiased"] = inferred.debiased
             values["calibration_p_value"] = inferred.p_value
         else:
@@ -212,6 +223,8 @@ _INFERRED_KEYS = ("ece_debiased", "calibration_p_value", "mce_n")
 _MULTICLASS_KEYS = ("classwise_ece",)
 _BINARY_KEYS = ("auc", "prevalence", "mean_score", "threshold", "expected_cost")
 _BIN_KEYS = ("lo", "hi", "n", "mean_confidence", "accuracy", "ci")
+#: Counts beyond 2^53 - 1 are neither exact in JSON clients nor in float64 arithmetic.
+_MAX_COUNT = 2**53 - 1
 
 
 def _json(value: float | None) -> float | None:
@@ -223,14 +236,20 @@ def _number_or_nan(value: Any, field: str) -> float:
 
 
 def _whole(value: Any, field: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise CalibrationInputError(field, "must be a non-negative integer")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX_COUNT:
+        raise CalibrationInputError(field, f"must be an integer in [0, {_MAX_COUNT}]")
     return value
 
 
 def _bin_from_dict(d: Any, field: str) -> ReliabilityBin:
-    if not isinstance(d, Mapping) or set(d) != set(_BIN_KEYS):
+    if not isinstance(d, Mapping):
         raise CalibrationInputError(field, f"must be an object with keys {list(_BIN_KEYS)}")
+    for key in d:
+        if key not in _BIN_KEYS:
+            raise CalibrationInputError(f"{field}.{key}", "is not a bin field")
+    for key in _BIN_KEYS:
+        if key not in d:
+            raise CalibrationInputError(f"{field}.{key}", "is required")
     ci = d["ci"]
     if not isinstance(ci, list | tuple) or len(ci) != 2:
         raise CalibrationInputError(f"{field}.ci", "must be [lower, upper]")

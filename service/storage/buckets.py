@@ -62,6 +62,11 @@ def apply_deltas(session: Session, model: str, deltas: Mapping[BucketKey, Bucket
     """
     if not deltas:
         return
+    for delta in deltas.values():
+        for name in VECTORS:
+            vector = getattr(delta, name)
+            if vector is not None and not np.isfinite(vector).all():
+                raise ValueError(f"refusing a non-finite {name} vector: the bucket would be lost")
     keys = sorted(deltas)
     table = table_of(CalibrationBucket)
     insert = (

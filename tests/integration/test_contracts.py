@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -195,7 +197,8 @@ def test_list_is_newest_first_and_paginates(client: FlaskClient, auth: Auth) -> 
     assert seen == ids[::-1]
     only_m1 = client.get("/v1/contracts?model=m1", headers=auth.headers()).get_json()
     assert [c["id"] for c in only_m1["contracts"]] == [ids[3], ids[1]]
-    active = client.get("/v1/contracts?active_at=2999-01-01T00:00:00Z", headers=auth.headers())
+    soon = (datetime.now(UTC) + timedelta(hours=23)).isoformat().replace("+00:00", "Z")
+    active = client.get(f"/v1/contracts?active_at={soon}", headers=auth.headers())
     assert {c["id"] for c in active.get_json()["contracts"]} == {ids[3], ids[4]}
 
 
@@ -375,3 +378,270 @@ def test_concurrent_registrations_get_gap_free_versions(client: FlaskClient, aut
     assert statuses == [201] * 40
     listed = client.get("/v1/contracts?model=busy&limit=100", headers=auth.headers()).get_json()
     assert sorted(c["version"] for c in listed["contracts"]) == list(range(1, 41))
+
+
+def _binary_body(model: str) -> dict[str, Any]:
+    rng = np.random.default_rng(11)
+    scores = rng.uniform(0.05, 0.95, size=300)
+    labels = (rng.uniform(size=300) < scores**1.5).astype(int).tolist()
+    body = contract_fields(
+        model,
+        task="binary",
+        classes=["stay", "churn"],
+        bin_edges=[0, 0.2, 0.4, 0.6, 0.8, 1],
+        policy={"max_ece": 0.1, "max_ece_increase": 0.05, "min_labeled": 5, "c_fp": 1, "c_fn": 3},
+    )
+    body.update(
+        method="platt",
+        fit={"scores": scores[:150].tolist(), "labels": labels[:150]},
+        eval={"scores": scores[150:].tolist(), "labels": labels[150:]},
+    )
+    return body
+
+
+def _stripped(fitted: dict[str, Any], model: str, absent: str) -> dict[str, Any]:
+    """A registration of ``fitted`` whose four baseline readings lack ``absent`` (or whose
+    splits lack ``nll_difference``); ``key=null`` sets the key to null instead."""
+    body = registration_body(fitted, model=model)
+    key, _, null = absent.partition("=")
+    for part in body["baseline"].values():
+        if absent == "nll_difference":
+            del part["nll_difference"]
+            continue
+        for which in ("uncalibrated", "calibrated"):
+            if null:
+                part[which][key] = None
+            else:
+                del part[which][key]
+    return body
+
+
+def _reads_back(client: FlaskClient, auth: Auth, contract: dict[str, Any]) -> None:
+    """Every view of a contract's baseline answers 200: readings, diagrams, pages, the gate."""
+    model, cid = contract["model"], contract["id"]
+    urls = [
+        f"/v1/models/{model}/calibration",
+        f"/v1/models/{model}/reliability.svg",
+        f"/ui/models/{model}",
+        f"/ui/contracts/{cid}",
+        *(
+            f"/v1/contracts/{cid}/reliability.svg?split={split}&which={which}"
+            for split in ("fit", "eval")
+            for which in ("calibrated", "uncalibrated")
+        ),
+    ]
+    for url in urls:
+        response = client.get(url, headers=auth.headers("reader"))
+        assert response.status_code == 200, (url, response.get_data(as_text=True)[:300])
+    baseline = client.get(f"/v1/models/{model}/calibration", headers=auth.headers()).get_json()
+    assert baseline["baseline"]["n"] == contract["baseline"]["eval"]["calibrated"]["n"]
+    assert baseline["baseline"]["ece_debiased"] is not None
+    gate = client.post(
+        "/v1/gate",
+        json={"contract_id": cid, "policy": {"min_eval_samples": 1}},
+        headers=auth.headers(),
+    )
+    assert gate.status_code == 201, gate.get_json()
+
+
+@pytest.mark.parametrize(
+    ("task", "absent"),
+    [
+        ("multiclass", "ece_debiased"),
+        ("multiclass", "calibration_p_value"),
+        ("multiclass", "mce_n"),
+        ("multiclass", "classwise_ece"),
+        ("multiclass", "nll_difference"),
+        ("multiclass", "mce=null"),
+        ("multiclass", "classwise_ece=null"),
+        ("multiclass", "calibration_p_value=null"),
+        ("binary", "ece_debiased"),
+        ("binary", "calibration_p_value"),
+        ("binary", "mce_n"),
+        ("binary", "expected_cost"),
+        ("binary", "nll_difference"),
+        ("binary", "auc=null"),
+        ("binary", "expected_cost=null"),
+        ("binary", "mce=null"),
+    ],
+)
+def test_a_baseline_without_an_optional_field_reads_back_forever(
+    client: FlaskClient, auth: Auth, task: str, absent: str
+) -> None:
+    source = fit(client, auth) if task == "multiclass" else fit_binary(client, auth)
+    response = client.post(
+        "/v1/contracts", json=_stripped(source, "sparse", absent), headers=auth.headers()
+    )
+    assert response.status_code == 201, response.get_json()
+    contract = response.get_json()
+    assert contract["baseline"] == _stripped(source, "sparse", absent)["baseline"]
+    if task == "multiclass":
+        rows = [
+            {"id": f"p{i}", "ts": _minutes_ago(5), "logits": [i % 3, 1.0, 0.5]} for i in range(9)
+        ]
+    else:
+        rows = [{"id": f"p{i}", "ts": _minutes_ago(5), "score": i / 10} for i in range(9)]
+    posted = client.post(
+        "/v1/predictions", json={"model": "sparse", "predictions": rows}, headers=auth.headers()
+    )
+    assert posted.status_code == 200, posted.get_json()
+    labels = [{"id": r["id"], "label": i % 2, "ts": _minutes_ago(1)} for i, r in enumerate(rows)]
+    joined = client.post(
+        "/v1/labels", json={"model": "sparse", "labels": labels}, headers=auth.headers()
+    )
+    assert joined.get_json()["joined"] == 9
+    _reads_back(client, auth, contract)
+
+
+def fit_binary(client: FlaskClient, auth: Auth) -> dict[str, Any]:
+    response = client.post("/v1/contracts/fit", json=_binary_body("churn"), headers=auth.headers())
+    assert response.status_code == 201, response.get_json()
+    return response.get_json()
+
+
+def _minutes_ago(minutes: float) -> str:
+    return (datetime.now(UTC) - timedelta(minutes=minutes)).isoformat().replace("+00:00", "Z")
+
+
+REQUIRED_READING_FIELDS = [
+    "n",
+    "ece",
+    "ece_ci",
+    "mce",
+    "nll",
+    "brier",
+    "accuracy",
+    "mean_confidence",
+    "bins",
+    "label_counts",
+]
+
+
+@pytest.mark.parametrize("missing", REQUIRED_READING_FIELDS)
+def test_a_baseline_reading_without_a_required_field_is_422_naming_it(
+    client: FlaskClient, auth: Auth, missing: str
+) -> None:
+    body = registration_body(fit(client, auth), model="target")
+    del body["baseline"]["eval"]["calibrated"][missing]
+    fields = errors_of(client.post("/v1/contracts", json=body, headers=auth.headers()))
+    assert f"baseline.eval.calibrated.{missing}" in fields
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (lambda r: r["bins"][0].pop("ci"), "baseline.eval.calibrated.bins[0].ci"),
+        (lambda r: r["bins"][0].update(lo=0.3), "baseline.eval.calibrated.bins[0].lo"),
+        (lambda r: r["bins"][0].update(hi=0.75), "baseline.eval.calibrated.bins[0].hi"),
+        (lambda r: r["bins"].append(dict(r["bins"][0])), "baseline.eval.calibrated.bins[3]"),
+        (lambda r: r["bins"][0].update(accuracy=1.5), "baseline.eval.calibrated.bins[0].accuracy"),
+        (lambda r: r["bins"][0].update(ci=[0.9, 0.1]), "baseline.eval.calibrated.bins[0].ci"),
+        (lambda r: r.update(label_counts=[8, 0]), "baseline.eval.calibrated.label_counts"),
+        (lambda r: r.update(label_counts=[1, 1, 1]), "baseline.eval.calibrated.label_counts"),
+        (lambda r: r.update(n=0, bins=[], label_counts=[0, 0, 0]), "baseline.eval.calibrated.n"),
+        (lambda r: r.update(ece=None), "baseline.eval.calibrated.ece"),
+        (lambda r: r.update(ece=1.5), "baseline.eval.calibrated.ece"),
+        (lambda r: r.update(ece_ci=[0.3, 0.1]), "baseline.eval.calibrated.ece_ci"),
+        (lambda r: r.update(nll=1e300), "baseline.eval.calibrated.nll"),
+        (lambda r: r.update(brier=2.5), "baseline.eval.calibrated.brier"),
+        (lambda r: r.update(mce_n=10**6), "baseline.eval.calibrated.mce_n"),
+        (lambda r: r.update(auc=0.5), "baseline.eval.calibrated.auc"),
+        (lambda r: r.update(surprise=1), "baseline.eval.calibrated.surprise"),
+    ],
+)
+def test_baseline_readings_are_checked_against_the_contract(
+    client: FlaskClient, auth: Auth, change: Any, field: str
+) -> None:
+    body = registration_body(fit(client, auth), model="target")
+    change(body["baseline"]["eval"]["calibrated"])
+    assert field in errors_of(client.post("/v1/contracts", json=body, headers=auth.headers()))
+
+
+def test_binary_baselines_need_the_binary_keys(client: FlaskClient, auth: Auth) -> None:
+    source = fit_binary(client, auth)
+    body = registration_body(source, model="target")
+    del body["baseline"]["eval"]["calibrated"]["auc"]
+    body["baseline"]["eval"]["uncalibrated"]["prevalence"] = None
+    body["baseline"]["fit"]["nll_difference"]["n"] += 1
+    body["baseline"]["fit"]["uncalibrated"]["label_counts"] = [0, 150]
+    fields = errors_of(client.post("/v1/contracts", json=body, headers=auth.headers()))
+    assert {
+        "baseline.eval.calibrated.auc",
+        "baseline.eval.uncalibrated.prevalence",
+        "baseline.fit.nll_difference.n",
+        "baseline.fit.uncalibrated.label_counts",
+    } <= set(fields)
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
+        ({"classes": [f"c{i}" for i in range(21_841)]}, "classes"),
+        ({"bin_edges": [i / 101 for i in range(102)]}, "bin_edges"),
+        ({"bin_edges": [0, 0.5, 10**400]}, "bin_edges[2]"),
+        (
+            {"data_window": {"start": "0001-01-01T00:00:00Z", "end": "2026-10-31T00:00:00Z"}},
+            "data_window.start",
+        ),
+        (
+            {"data_window": {"start": "2026-10-01T00:00:00Z", "end": "9999-12-31T23:59:59Z"}},
+            "data_window.end",
+        ),
+        ({"policy": {"c_fp": 1e300, "c_fn": 1}}, "policy.c_fp"),
+        ({"policy": {"min_labeled": 2**60}}, "policy.min_labeled"),
+        ({"model": "glyphs\n"}, "model"),
+        ({"population": "a\ud800b"}, "population"),
+        ({"split": {"method": "a\x00b"}}, "split.method"),
+        (
+            {"fit": {"logits": [[1e308, -1e308, 0]] * 6, "labels": REFERENCE_FIT_LABELS}},
+            "fit.logits[0]",
+        ),
+    ],
+)
+def test_fit_bounds_are_422_naming_the_field(
+    client: FlaskClient, auth: Auth, override: dict[str, Any], field: str
+) -> None:
+    raw = json.dumps(fit_body(**override)).replace(str(10**400), "1" + "0" * 400)
+    response = client.post(
+        "/v1/contracts/fit",
+        data=raw,
+        headers={**auth.headers(), "Content-Type": "application/json"},
+    )
+    assert field in errors_of(response)
+
+
+def test_the_largest_k_and_the_finest_bins_are_accepted(client: FlaskClient, auth: Auth) -> None:
+    rng = np.random.default_rng(5)
+    K = 1000
+    classes = [f"c{i}" for i in range(K)]
+    sets = {
+        name: {"logits": rng.normal(size=(n, K)).tolist(), "labels": rng.integers(0, K, n).tolist()}
+        for name, n in (("fit", 30), ("eval", 20))
+    }
+    body = fit_body("wide", classes=classes, bin_edges=[i / 100 for i in range(101)], **sets)
+    response = client.post("/v1/contracts/fit", json=body, headers=auth.headers())
+    assert response.status_code == 201, response.get_json()
+    assert len(response.get_json()["classes"]) == K
+
+
+@pytest.mark.parametrize(
+    ("calibrator", "field"),
+    [
+        ({"method": "temperature", "temperature": 0.04}, "calibrator.temperature"),
+        ({"method": "temperature", "temperature": 21}, "calibrator.temperature"),
+        ({"method": "temperature", "temperature": 10**400}, "calibrator.temperature"),
+        ({"method": "platt", "slope": 2e6, "intercept": 0}, "calibrator.slope"),
+        ({"method": "platt", "slope": 1e-7, "intercept": 0}, "calibrator.slope"),
+        ({"method": "platt", "slope": 1, "intercept": -2e8}, "calibrator.intercept"),
+    ],
+)
+def test_calibrator_parameters_are_bounded(
+    client: FlaskClient, auth: Auth, calibrator: dict[str, Any], field: str
+) -> None:
+    source = fit_binary(client, auth) if calibrator["method"] == "platt" else fit(client, auth)
+    body = {**registration_body(source, model="target"), "calibrator": calibrator}
+    raw = json.dumps(body).replace(str(10**400), "1" + "0" * 400)
+    response = client.post(
+        "/v1/contracts", data=raw, headers={**auth.headers(), "Content-Type": "application/json"}
+    )
+    assert field in errors_of(response)

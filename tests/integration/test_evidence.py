@@ -211,3 +211,23 @@ def test_the_bucket_layout_migration_clears_buckets_and_asks_for_a_rebuild(
         command.downgrade(config, "0006")
     finally:
         engine.dispose()
+
+
+def test_a_stored_baseline_that_cannot_be_read_back_is_a_conflict_not_a_crash(
+    client: FlaskClient, auth: Auth, db: Database
+) -> None:
+    fitted = contract(client, auth)
+    with db.engine.begin() as connection:
+        connection.execute(
+            text("UPDATE contracts SET baseline = :b WHERE id = :id"),
+            {"b": '{"fit": {}, "eval": {"calibrated": {"n": 1}}}', "id": fitted["id"]},
+        )
+    got = client.get(f"/v1/models/{MODEL}/calibration?window=24h", headers=auth.headers())
+    assert got.status_code == 409
+    error = got.get_json()["error"]
+    assert error["code"] == "unreadable_contract" and error["details"][0]["field"].startswith(
+        "baseline.eval"
+    )
+    assert client.get(f"/ui/contracts/{fitted['id']}", headers=auth.headers()).status_code < 500
+    gate = client.post("/v1/gate", json={"contract_id": fitted["id"]}, headers=auth.headers())
+    assert gate.status_code == 409

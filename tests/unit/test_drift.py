@@ -203,7 +203,13 @@ def test_baseline_from_stored_json():
     assert Reading.from_dict(json.loads(json.dumps(binary.to_dict()))) == binary
     with pytest.raises(CalibrationInputError) as info:
         Reading.from_dict({**stored, "bins": [{"lo": 0.0}]})
-    assert info.value.field == "reading.bins[0]"
+    assert info.value.field == "reading.bins[0].hi"
+    with pytest.raises(CalibrationInputError) as info:
+        Reading.from_dict({**stored, "bins": [{**stored["bins"][0], "width": 1}]})
+    assert info.value.field == "reading.bins[0].width"
+    with pytest.raises(CalibrationInputError) as info:
+        Reading.from_dict({**stored, "n": 10**400})
+    assert info.value.field == "reading.n"
 
 
 def test_a_stored_reading_without_the_inference_fields_gets_them_from_its_bins():
