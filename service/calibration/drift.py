@@ -93,7 +93,9 @@ class ConfidenceShift:
 
     ``psi`` is ``population_stability_index(baseline, window)``; ``no_shift`` its expected value
     when both samples come from one distribution, ``(M' - 1) (1 / n_b + 1 / n_w)`` over the M'
-    bins either sample occupies (PSI is then about that multiple of a chi-square); ``p_value``
+    bins either sample occupies (PSI is then about that multiple of a chi-square; below a few
+    hundred rows the smoothing of empty bins adds to it: at 50 rows PSI averages about 1.45
+    times ``no_shift``); ``p_value``
     is the chi-square test of homogeneity of the two count vectors, adjacent bins merged until
     each expects ``SHIFT_MIN_EXPECTED`` rows of the smaller sample.
     """
