@@ -17,7 +17,7 @@ $(BIN)/activate: pyproject.toml
 run: $(BIN)/activate
 	$(BIN)/calmon migrate
 	@if [ -z "$$CALMON_ADMIN_TOKEN" ]; then \
-		token=$$($(BIN)/python -c 'from service.auth import new_token; print(new_token())'); \
+		token=$$($(BIN)/python -c 'from service.auth.tokens import new_token; print(new_token())'); \
 		echo "CALMON_ADMIN_TOKEN not set; generated an admin token for this run:"; \
 		echo "  $$token"; \
 		CALMON_ADMIN_TOKEN=$$token exec $(BIN)/calmon serve --host $(HOST) --port $(PORT) --workers $(WORKERS); \

@@ -24,10 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_stream import PORT, drop_database, fresh_database, start_service
 
-from service.exporter.collector import render_readings
-from service.refresh import STATUS_CODES
-from service.storage.database import Database
-from service.storage.readings import ReadingRow, replace_model_readings, store_exposition
+from service.db.database import Database
+from service.export.collector import render_readings
+from service.export.reading_store import ReadingRow, replace_model_readings, store_exposition
+from service.export.refresher import STATUS_CODES
 
 
 def main() -> None:

@@ -46,11 +46,11 @@ from service.calibration.ece_inference import infer_ece
 from service.calibration.readings import reading_from_stats
 from service.calibration.simulation import SCENARIOS
 from service.calibration.stats import CalibrationStats, binary_stats, multiclass_stats
-from service.contract_fit import FitRequest, fit_contract_spec
-from service.contracts import Contract, parse_spec_fields
-from service.errors import ErrorCollector, ValidationFailed
-from service.gate import GateRequest, evaluate_gate, parse_gate_request
-from service.labeled_sets import LabeledSet
+from service.common.errors import ErrorCollector, ValidationFailed
+from service.contracts.fitting import FitRequest, fit_contract_spec
+from service.contracts.labeled_sets import LabeledSet
+from service.contracts.model import Contract, parse_spec_fields
+from service.gate.checks import GateRequest, evaluate_gate, parse_gate_request
 
 SEED = 20260301
 BINS = 15

@@ -6,9 +6,9 @@ from alembic import context
 from sqlalchemy import Connection
 
 from service.config import load_settings
-from service.storage.database import make_engine
-from service.storage.migrate import include_name
-from service.storage.models import Base
+from service.db.database import make_engine
+from service.db.migrate import include_name
+from service.db.models import Base
 
 config = context.config
 target_metadata = Base.metadata

@@ -13,22 +13,22 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from service.auth import Role
+from service.auth.tokens import Role
 from service.config import load_settings
-from service.storage.partitions import AHEAD_DAYS
+from service.db.partitions import AHEAD_DAYS
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
     from service.config import Settings
-    from service.storage.database import Database
+    from service.db.database import Database
 
 
 def _database(settings: Settings) -> Database:
     """The configured database, its sessions appending audit events under CALMON_AUDIT_KEY."""
-    from service.audit import AuditKeyring
-    from service.storage.audit import bind_keyring
-    from service.storage.database import Database
+    from service.audit.chain import AuditKeyring
+    from service.audit.store import bind_keyring
+    from service.db.database import Database
 
     db = Database(settings.database_url)
     bind_keyring(db.sessions, AuditKeyring.from_setting(settings.audit_key))
@@ -47,10 +47,10 @@ def _session(settings: Settings | None = None) -> Iterator[Session]:
 
 
 def _migrate(_args: argparse.Namespace) -> int:
-    from service.maintenance import run_pending
-    from service.operations import utcnow
-    from service.storage.audit import seal
-    from service.storage.migrate import upgrade_to_head
+    from service.audit.store import seal
+    from service.common.clock import utcnow
+    from service.db.migrate import upgrade_to_head
+    from service.stream.maintenance import run_pending
 
     settings = load_settings()
     upgrade_to_head(settings.database_url)
@@ -72,7 +72,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _token_create(args: argparse.Namespace) -> int:
-    from service.operations import create_token
+    from service.auth.service import create_token
 
     with _session() as session:
         name = args.name or f"{args.role}-token"
@@ -82,7 +82,7 @@ def _token_create(args: argparse.Namespace) -> int:
 
 
 def _token_revoke(args: argparse.Namespace) -> int:
-    from service.operations import revoke_token
+    from service.auth.service import revoke_token
 
     with _session() as session:
         revoked = revoke_token(session, name=args.name, actor="cli")
@@ -91,7 +91,7 @@ def _token_revoke(args: argparse.Namespace) -> int:
 
 
 def _token_list(_args: argparse.Namespace) -> int:
-    from service.storage.tokens import list_tokens
+    from service.auth.token_store import list_tokens
 
     with _session() as session:
         tokens = list_tokens(session)
@@ -104,7 +104,7 @@ def _token_list(_args: argparse.Namespace) -> int:
 def _refresh(args: argparse.Namespace) -> int:
     import time
 
-    from service.refresh import Refresher, refresh_all
+    from service.export.refresher import Refresher, refresh_all
 
     settings = load_settings()
     db = _database(settings)
@@ -129,9 +129,9 @@ def _refresh(args: argparse.Namespace) -> int:
 
 
 def _prune(args: argparse.Namespace) -> int:
-    from service.operations import utcnow
-    from service.retention import prune
-    from service.windows import parse_duration
+    from service.common.clock import utcnow
+    from service.stream.retention import prune
+    from service.stream.windows import parse_duration
 
     older_than = parse_duration(args.older_than, limit=None)
     settings = load_settings()
@@ -150,8 +150,8 @@ def _prune(args: argparse.Namespace) -> int:
 
 
 def _partitions(args: argparse.Namespace) -> int:
-    from service.operations import utcnow
-    from service.storage import partitions
+    from service.common.clock import utcnow
+    from service.db import partitions
 
     with _session() as session:
         connection = session.connection()
@@ -172,8 +172,8 @@ def _partitions(args: argparse.Namespace) -> int:
 
 
 def _audit_head(_args: argparse.Namespace) -> int:
-    from service.errors import Conflict
-    from service.operations import audit_head
+    from service.audit.service import audit_head
+    from service.common.errors import Conflict
 
     try:
         with _session() as session:
@@ -196,8 +196,8 @@ def _audit_head(_args: argparse.Namespace) -> int:
 def _audit_verify(args: argparse.Namespace) -> int:
     import re
 
-    from service.audit import Anchor
-    from service.operations import verify_audit
+    from service.audit.chain import Anchor
+    from service.audit.service import verify_audit
 
     if (args.expected_seq is None) != (args.expected_sha256 is None):
         raise UsageError("give --expected-seq and --expected-sha256 together")
@@ -246,9 +246,9 @@ def _fit(args: argparse.Namespace) -> int:
     """Read the sets here, then have the service fit and measure them (``/v1/contracts/fit``),
     so the gate sees a baseline calmon measured; ``--local`` fits here and registers the result
     (``/v1/contracts``): a supplied baseline."""
-    from service.contracts import parse_spec_fields
-    from service.datafiles import read_labeled_set
-    from service.errors import ErrorCollector
+    from service.common.errors import ErrorCollector
+    from service.contracts.datafiles import read_labeled_set
+    from service.contracts.model import parse_spec_fields
     from service.remote import call, error_text
 
     spec = _read_json(args.spec, "contract spec")
@@ -308,7 +308,7 @@ def _fit(args: argparse.Namespace) -> int:
 
 def _locally_fitted(fields: dict[str, Any], method: str, sets: dict[str, Any]) -> dict[str, Any]:
     """A ``POST /v1/contracts`` body: the contract fitted and measured on this machine."""
-    from service.contract_fit import FitRequest, fit_contract_spec
+    from service.contracts.fitting import FitRequest, fit_contract_spec
 
     contract = fit_contract_spec(FitRequest(fields, method, sets["fit"], sets["eval"]))
     body = {
@@ -483,7 +483,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``calmon`` console script."""
     args = build_parser().parse_args(argv)
-    from service.errors import CalmonError
+    from service.common.errors import CalmonError
     from service.remote import RemoteError
 
     try:

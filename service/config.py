@@ -25,13 +25,13 @@ class Settings:
     is off and ``calmon refresh --loop`` runs instead;
     ``max_body_bytes`` bounds a request body (larger bodies get 413);
     ``max_cohort_values`` and ``max_cohort_keys`` bound a model's distinct values per cohort key
-    and its distinct cohort keys (the rest fold into ``__other__``, ``service.cohorts``);
+    and its distinct cohort keys (the rest fold into ``__other__``, ``service.stream.cohorts``);
     ``max_pending_labels`` bounds a model's labels waiting for their prediction and
     ``pending_label_days`` is how many days one may wait (by when it was received) before the
     refresher or ``calmon prune`` deletes it;
     ``audit_key``, when set, makes the audit chain HMAC-SHA256 under that key (comma-separated
     keys: the first signs new events, the others still verify older segments; see
-    ``service.audit``).
+    ``service.audit.chain``).
     """
 
     database_url: str = field(default_factory=default_database_url)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import service.storage.types
+import service.db.types
 
 revision: str = "0001"
 down_revision: str | None = None
@@ -30,9 +30,9 @@ def upgrade() -> None:
         sa.Column("name", sa.String(length=100), nullable=False),
         sa.Column("role", sa.String(length=16), nullable=False),
         sa.Column("token_sha256", sa.String(length=64), nullable=False),
-        sa.Column("created_at", service.storage.types.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", service.db.types.UTCDateTime(timezone=True), nullable=False),
         sa.Column("created_by", sa.String(length=100), nullable=False),
-        sa.Column("revoked_at", service.storage.types.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("revoked_at", service.db.types.UTCDateTime(timezone=True), nullable=True),
         sa.CheckConstraint(
             "role IN ('reader', 'ingest', 'admin')", name=op.f("ck_api_tokens_role")
         ),
@@ -48,7 +48,7 @@ def upgrade() -> None:
             autoincrement=True,
             nullable=False,
         ),
-        sa.Column("ts", service.storage.types.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("ts", service.db.types.UTCDateTime(timezone=True), nullable=False),
         sa.Column("type", sa.String(length=64), nullable=False),
         sa.Column("actor", sa.String(length=100), nullable=False),
         sa.Column("model", sa.String(length=200), nullable=True),
@@ -64,7 +64,7 @@ def upgrade() -> None:
         "models",
         sa.Column("name", sa.String(length=200), nullable=False),
         sa.Column("latest_version", sa.Integer(), nullable=False),
-        sa.Column("created_at", service.storage.types.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", service.db.types.UTCDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("name", name=op.f("pk_models")),
     )
     op.create_table(
@@ -90,7 +90,7 @@ def upgrade() -> None:
         sa.Column("bin_edges", sa.JSON(), nullable=False),
         sa.Column("baseline", sa.JSON(), nullable=False),
         sa.Column("policy", sa.JSON(), nullable=False),
-        sa.Column("created_at", service.storage.types.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", service.db.types.UTCDateTime(timezone=True), nullable=False),
         sa.Column("created_by", sa.String(length=100), nullable=False),
         sa.Column("content_sha256", sa.String(length=64), nullable=False),
         sa.CheckConstraint("task IN ('multiclass', 'binary')", name=op.f("ck_contracts_task")),
@@ -109,7 +109,7 @@ def upgrade() -> None:
         "contract_retirements",
         sa.Column("contract_id", sa.String(length=36), nullable=False),
         sa.Column("reason", sa.Text(), nullable=False),
-        sa.Column("retired_at", service.storage.types.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("retired_at", service.db.types.UTCDateTime(timezone=True), nullable=False),
         sa.Column("retired_by", sa.String(length=100), nullable=False),
         sa.ForeignKeyConstraint(
             ["contract_id"],

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import service.storage.types
+import service.db.types
 
 revision: str = "0002"
 down_revision: str | None = "0001"
@@ -24,7 +24,7 @@ def upgrade() -> None:
         sa.Column("model", sa.String(length=200), nullable=False),
         sa.Column("slice", sa.String(length=200), nullable=False),
         sa.Column("resolution", sa.String(length=2), nullable=False),
-        sa.Column("bucket_start", service.storage.types.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("bucket_start", service.db.types.UTCDateTime(timezone=True), nullable=False),
         sa.Column("contract_id", sa.String(length=36), nullable=False),
         sa.Column("n_predictions", sa.BigInteger(), nullable=False),
         sa.Column("n_labeled", sa.BigInteger(), nullable=False),
@@ -54,8 +54,8 @@ def upgrade() -> None:
         sa.Column("model", sa.String(length=200), nullable=False),
         sa.Column("id", sa.String(length=200), nullable=False),
         sa.Column("label", sa.SmallInteger(), nullable=False),
-        sa.Column("ts", service.storage.types.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("received_at", service.storage.types.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("ts", service.db.types.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("received_at", service.db.types.UTCDateTime(timezone=True), nullable=False),
         sa.Column("joined", sa.Boolean(), nullable=False),
         sa.PrimaryKeyConstraint("model", "id", name=op.f("pk_labels")),
     )
@@ -73,12 +73,12 @@ def upgrade() -> None:
         sa.Column("model", sa.String(length=200), nullable=False),
         sa.Column("id", sa.String(length=200), nullable=False),
         sa.Column("contract_id", sa.String(length=36), nullable=False),
-        sa.Column("ts", service.storage.types.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("ts", service.db.types.UTCDateTime(timezone=True), nullable=False),
         sa.Column("cohort", sa.JSON(), nullable=False),
         sa.Column("slices", sa.Text(), nullable=False),
         sa.Column("inputs", sa.LargeBinary(), nullable=False),
         sa.Column("digest", sa.LargeBinary(), nullable=False),
-        sa.Column("received_at", service.storage.types.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("received_at", service.db.types.UTCDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("model", "id", name=op.f("pk_predictions")),
     )
     with op.batch_alter_table("predictions", schema=None) as batch_op:

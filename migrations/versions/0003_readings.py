@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import service.storage.types
+import service.db.types
 
 revision: str = "0003"
 down_revision: str | None = "0002"
@@ -23,14 +23,14 @@ def upgrade() -> None:
         "refresh_leases",
         sa.Column("name", sa.String(length=64), nullable=False),
         sa.Column("holder", sa.String(length=200), nullable=False),
-        sa.Column("expires_at", service.storage.types.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("expires_at", service.db.types.UTCDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("name", name=op.f("pk_refresh_leases")),
     )
     op.create_table(
         "stored_expositions",
         sa.Column("name", sa.String(length=64), nullable=False),
         sa.Column("body", sa.LargeBinary(), nullable=False),
-        sa.Column("computed_at", service.storage.types.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("computed_at", service.db.types.UTCDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("name", name=op.f("pk_stored_expositions")),
     )
     op.create_table(
@@ -40,7 +40,7 @@ def upgrade() -> None:
         sa.Column("window", sa.String(length=16), nullable=False),
         sa.Column("contract_id", sa.String(length=36), nullable=False),
         sa.Column("contract_version", sa.Integer(), nullable=False),
-        sa.Column("computed_at", service.storage.types.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("computed_at", service.db.types.UTCDateTime(timezone=True), nullable=False),
         sa.Column("values", sa.JSON(), nullable=False),
         sa.PrimaryKeyConstraint("model", "cohort", "window", name=op.f("pk_stored_readings")),
     )

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import service.storage.types
+import service.db.types
 
 revision: str = "0004"
 down_revision: str | None = "0003"
@@ -30,7 +30,7 @@ def upgrade() -> None:
         sa.Column("id", sa.String(length=36), nullable=False),
         sa.Column("contract_id", sa.String(length=36), nullable=False),
         sa.Column("model", sa.String(length=200), nullable=False),
-        sa.Column("decided_at", service.storage.types.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("decided_at", service.db.types.UTCDateTime(timezone=True), nullable=False),
         sa.Column("decided_by", sa.String(length=100), nullable=False),
         sa.Column("decision", sa.String(length=8), nullable=False),
         sa.Column("policy", sa.JSON(), nullable=False),
@@ -62,12 +62,12 @@ def upgrade() -> None:
 
 def _chain_existing_events() -> None:
     """Hash-chain the events recorded before the chain existed, in append order."""
-    from service.audit import GENESIS, event_digest
+    from service.audit.chain import GENESIS, event_digest
 
     events = sa.table(
         "audit_events",
         sa.column("seq", sa.BigInteger()),
-        sa.column("ts", service.storage.types.UTCDateTime()),
+        sa.column("ts", service.db.types.UTCDateTime()),
         sa.column("type", sa.String()),
         sa.column("actor", sa.String()),
         sa.column("model", sa.String()),

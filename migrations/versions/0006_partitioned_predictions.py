@@ -15,15 +15,15 @@ from datetime import UTC, date, datetime, timedelta
 import sqlalchemy as sa
 from alembic import op
 
-import service.storage.types
-from service.storage import partitions
+import service.db.types
+from service.db import partitions
 
 revision: str = "0006"
 down_revision: str | None = "0005"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-_TS = service.storage.types.UTCDateTime(timezone=True)
+_TS = service.db.types.UTCDateTime(timezone=True)
 _PAYLOAD = "model, ts, id, contract_id, cohort, slices, inputs, received_at"
 
 

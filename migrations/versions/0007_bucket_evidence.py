@@ -18,14 +18,14 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from alembic import op
 
-import service.storage.types
+import service.db.types
 
 revision: str = "0007"
 down_revision: str | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-_TS = service.storage.types.UTCDateTime(timezone=True)
+_TS = service.db.types.UTCDateTime(timezone=True)
 
 
 def upgrade() -> None:

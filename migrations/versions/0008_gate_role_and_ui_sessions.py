@@ -17,14 +17,14 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import service.storage.types
+import service.db.types
 
 revision: str = "0008"
 down_revision: str | None = "0007"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-_TS = service.storage.types.UTCDateTime(timezone=True)
+_TS = service.db.types.UTCDateTime(timezone=True)
 _ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 

@@ -3,7 +3,7 @@
 ``MAX_ABS_LOGIT`` bounds the raw logits calmon accepts from clients (predictions, fit, eval and
 gate sets). The core itself takes any finite logits; the bound keeps every per-row statistic it
 derives from client data finite and far from overflow, whatever the data. With K <= 1,000
-classes (``service.contracts.MAX_CLASSES``) and a calibrator temperature T >= 0.05
+classes (``service.contracts.model.MAX_CLASSES``) and a calibrator temperature T >= 0.05
 (``calibrators.MIN_TEMPERATURE``), a gap between two logits is at most 2e6, so after scaling:
 
 * ``|z_k - max z| / T <= 4e7``; the row's NLL ``-log p_y <= 4e7 + log K``, its Brier term <= 2;

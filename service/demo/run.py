@@ -16,6 +16,7 @@ from urllib.parse import quote
 
 import numpy as np
 
+from service.common.values import format_timestamp
 from service.demo.scenario import (
     BIN_EDGES,
     CLASSES,
@@ -30,7 +31,6 @@ from service.demo.scenario import (
     ticks,
 )
 from service.remote import RemoteError, call, error_text
-from service.validation import format_timestamp
 
 #: Contracts the demo registers name this checkpoint; it never adds one to another model.
 CHECKPOINT = "calmon-demo-ticket-router"

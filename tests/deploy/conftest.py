@@ -19,8 +19,8 @@ from flask import Flask
 from service import create_app
 from service.cli import build_parser
 from service.config import Settings
-from service.storage.database import Database
-from service.storage.migrate import upgrade_to_head
+from service.db.database import Database
+from service.db.migrate import upgrade_to_head
 from tests.deploy import ROOT
 
 #: Every environment variable ``service/config.py`` reads (``CALMON_`` + field name).

@@ -24,7 +24,7 @@ import pytest
 from gunicorn.app.base import Application
 
 from service import server
-from service.storage.migrate import upgrade_to_head
+from service.db.migrate import upgrade_to_head
 from tests.deploy import DEPLOY, ROOT
 from tests.deploy.conftest import parse_calmon
 from tests.integration.test_served import free_port, metric_samples, wait_until

@@ -21,10 +21,10 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from service import create_app
-from service.auth import Role
-from service.storage.database import Database
-from service.storage.migrate import upgrade_to_head
-from service.storage.models import Base
+from service.auth.tokens import Role
+from service.db.database import Database
+from service.db.migrate import upgrade_to_head
+from service.db.models import Base
 
 ADMIN_TOKEN = "calmon_test-bootstrap-admin-token"
 BACKEND = os.environ.get("CALMON_TEST_BACKEND", "sqlite")
@@ -133,7 +133,7 @@ class Auth:
         self._tokens: dict[Role, str] = {}
 
     def token(self, role: Role | str) -> str:
-        from service.operations import create_token
+        from service.auth.service import create_token
 
         role = Role(role)
         if role is Role.ADMIN:

@@ -13,13 +13,14 @@ from flask.testing import FlaskClient
 from sqlalchemy import text
 
 from service import create_app
-from service.audit import KEY_ENABLED, AuditKey, event_digest
-from service.auth import Role
+from service.audit import store as audit
+from service.audit.chain import KEY_ENABLED, AuditKey, event_digest
+from service.auth.service import create_token
+from service.auth.tokens import Role
 from service.cli import main
-from service.operations import create_token, utcnow
-from service.storage import audit
-from service.storage.contracts import insert_retirement
-from service.storage.database import Database
+from service.common.clock import utcnow
+from service.contracts.store import insert_retirement
+from service.db.database import Database
 from tests.integration.conftest import ADMIN_TOKEN, Auth
 from tests.integration.factories import fit_body
 
@@ -434,6 +435,6 @@ def test_csv_cells_are_never_formulas(client: FlaskClient, db: Database) -> None
     ],
 )
 def test_csv_cell(value: Any, cell: Any) -> None:
-    from service.api.audit import csv_cell
+    from service.web.routes.audit import csv_cell
 
     assert csv_cell(value) == cell

@@ -14,7 +14,7 @@ from flask.testing import FlaskClient
 from sqlalchemy import text
 
 from service.calibration import fit_temperature, multiclass_reading
-from service.storage.database import Database
+from service.db.database import Database
 from tests.integration.conftest import Auth
 from tests.integration.factories import (
     QUARTER_EDGES,

@@ -19,10 +19,10 @@ from service.calibration import (
     multiclass_probabilities,
 )
 from service.calibration.binning import bin_index
-from service.ingestion import rebuild_buckets
-from service.maintenance import REBUILD_BUCKETS, run_pending
-from service.storage.database import Database, make_engine
-from service.storage.migrate import alembic_config
+from service.db.database import Database, make_engine
+from service.db.migrate import alembic_config
+from service.stream.maintenance import rebuild_buckets
+from service.stream.maintenance import REBUILD_BUCKETS, run_pending
 from tests.integration.conftest import Auth
 from tests.integration.factories import QUARTER_EDGES, fit_body
 from tests.integration.test_stream import iso, ok, post, reading

@@ -14,9 +14,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from service import create_app
 from service.config import load_settings
-from service.refresh import Refresher, refresh_all
-from service.storage.database import Database
-from service.storage.leases import try_acquire
+from service.db.database import Database
+from service.export.lease_store import try_acquire
+from service.export.refresher import Refresher, refresh_all
 from tests.integration.conftest import ADMIN_TOKEN, Auth
 from tests.integration.test_stream import (
     _multiclass_contract,

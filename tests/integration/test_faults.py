@@ -23,9 +23,9 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from service.refresh import refresh_all
-from service.storage.database import Database
-from service.storage.migrate import upgrade_to_head
+from service.db.database import Database
+from service.db.migrate import upgrade_to_head
+from service.export.refresher import refresh_all
 from tests.integration.conftest import ADMIN_TOKEN, Auth
 from tests.integration.factories import fit_body
 from tests.integration.test_served import Served, free_port, served, serving, wait_until  # noqa: F401

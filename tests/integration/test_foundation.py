@@ -12,8 +12,8 @@ from flask.testing import FlaskClient
 from sqlalchemy import select
 
 from service import create_app
-from service.storage.database import Database
-from service.storage.models import ApiToken
+from service.db.database import Database
+from service.db.models import ApiToken
 from tests.integration.conftest import ADMIN_TOKEN, Auth
 
 
@@ -192,8 +192,8 @@ def test_token_rotation_through_the_cli(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    from service.audit.store import list_events
     from service.cli import main
-    from service.storage.audit import list_events
 
     monkeypatch.setenv("CALMON_DATABASE_URL", database_url)
     assert main(["token", "create", "--role", "reader", "--name", "reader-2026-11"]) == 0

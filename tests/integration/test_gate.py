@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from sqlalchemy import text
 
 from service.calibration import fit_temperature
-from service.storage.database import Database
+from service.db.database import Database
 from tests.integration.conftest import ADMIN_TOKEN, Auth
 from tests.integration.factories import (
     REFERENCE_FIT_LABELS,
@@ -377,7 +377,7 @@ def test_cli_fit_registers_a_contract_from_csv_and_npz(
 
 
 def test_reference_sets_are_fingerprinted_identically() -> None:
-    from service.labeled_sets import LabeledSet
+    from service.contracts.labeled_sets import LabeledSet
 
     a = LabeledSet(np.array(REFERENCE_FIT_LOGITS, float), np.array(REFERENCE_FIT_LABELS))
     b = LabeledSet(np.array(REFERENCE_FIT_LOGITS, float), np.array(REFERENCE_FIT_LABELS))

@@ -14,8 +14,8 @@ from flask.testing import FlaskClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.api.openapi import document
-from service.api.query import encode_cursor
+from service.web.openapi import document
+from service.web.queries import encode_cursor
 from tests.integration.conftest import ADMIN_TOKEN, Auth
 from tests.integration.factories import fit_body, registration_body
 from tests.integration.test_stream import minutes_ago, reading

@@ -32,8 +32,8 @@ import numpy as np
 import pytest
 from flask.testing import FlaskClient
 
-from service.api.openapi import document
-from service.gate import DEFAULT_GATE_POLICY
+from service.gate.checks import DEFAULT_GATE_POLICY
+from service.web.openapi import document
 from tests.integration.conftest import Auth
 from tests.integration.factories import (
     REFERENCE_EVAL_LABELS,

@@ -21,13 +21,13 @@ from sqlalchemy import insert, text, update
 
 from service import create_app
 from service.config import load_settings
-from service.refresh import Refresher, expire_pending_labels, refresh_all
-from service.retention import prune
-from service.storage.database import Database
-from service.storage.migrate import upgrade_to_head
-from service.storage.models import CalibrationBucket, ModelRecord
-from service.storage.readings import model_readings
-from service.windows import HOUR, floor_to
+from service.db.database import Database
+from service.db.migrate import upgrade_to_head
+from service.db.models import CalibrationBucket, ModelRecord
+from service.export.reading_store import model_readings
+from service.export.refresher import Refresher, expire_pending_labels, refresh_all
+from service.stream.retention import prune
+from service.stream.windows import HOUR, floor_to
 from tests.integration.conftest import ADMIN_TOKEN, Auth, _wipe, fresh_database
 from tests.integration.factories import fit_body
 from tests.integration.test_exporter import counter, gauge, scrape
@@ -98,7 +98,7 @@ def test_a_poisoned_model_does_not_stop_another_models_gauges(
 
     poison(db, "poisoned", poisoned["id"])
     _send_labels(client, auth, "healthy", healthy_rows[30:50])
-    with logged("service.refresh") as records:
+    with logged("service.export.refresher") as records:
         report = refresh_all(db, settings)
 
     assert report.models == 2 and report.failed == ("poisoned",)
@@ -162,7 +162,7 @@ def test_an_exposition_that_cannot_be_stored_ages_every_model(
     def broken(*_args: Any) -> bytes:
         raise RuntimeError("rendering failed")
 
-    monkeypatch.setattr("service.refresh.render_readings", broken)
+    monkeypatch.setattr("service.export.refresher.render_readings", broken)
     with pytest.raises(RuntimeError):
         refresh_all(db, settings)
     # The readings were stored, but the gauges served are still the old exposition's.
@@ -177,9 +177,9 @@ def test_a_failing_maintenance_step_does_not_stop_the_refresh(
     def broken(*_args: Any) -> list[Any]:
         raise RuntimeError("no partitions today")
 
-    monkeypatch.setattr("service.refresh.partitions.ensure_ahead", broken)
+    monkeypatch.setattr("service.export.refresher.partitions.ensure_ahead", broken)
     refresher = Refresher(db, app.config["CALMON_SETTINGS"])
-    with logged("service.refresh") as records:
+    with logged("service.export.refresher") as records:
         report = refresher.run_once()
     assert report is not None and report.models == 1 and report.failed == ()
     assert any(r.__dict__.get("error") == "RuntimeError" for r in records)
@@ -190,7 +190,7 @@ def test_a_refresh_loop_outlives_a_database_outage() -> None:
     settings = load_settings({"database_url": "postgresql://nobody@127.0.0.1:1/none"})
     db = Database(settings.database_url)
     try:
-        with logged("service.refresh") as records:
+        with logged("service.export.refresher") as records:
             assert Refresher(db, settings).run_logged() is None
         assert [r.getMessage() for r in records] == ["refresh failed: OperationalError"]
     finally:
@@ -368,7 +368,7 @@ def test_pending_labels_expire_in_the_refresher_and_in_prune(
     database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A month ahead, maintenance would also create that month's partitions in the shared database.
-    monkeypatch.setattr("service.refresh.partitions.ensure_ahead", lambda *_args: [])
+    monkeypatch.setattr("service.export.refresher.partitions.ensure_ahead", lambda *_args: [])
     with app_with(database_url, pending_label_days=30) as app:
         client, db = app.test_client(), app.extensions["calmon.database"]
         settings = app.config["CALMON_SETTINGS"]

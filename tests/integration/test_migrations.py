@@ -5,9 +5,9 @@ from __future__ import annotations
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
-from service.storage.database import make_engine
-from service.storage.migrate import current_revisions, head_revisions, include_name
-from service.storage.models import Base
+from service.db.database import make_engine
+from service.db.migrate import current_revisions, head_revisions, include_name
+from service.db.models import Base
 
 
 def test_single_head() -> None:

@@ -26,7 +26,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from service.api.openapi import document
+from service.web.openapi import document
 from tests.integration.conftest import Auth
 from tests.integration.factories import fit_body
 

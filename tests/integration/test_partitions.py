@@ -10,10 +10,10 @@ from flask.testing import FlaskClient
 from sqlalchemy import text
 
 from service.cli import main
-from service.storage import partitions
-from service.storage.database import Database, make_engine
-from service.storage.migrate import alembic_config
-from service.storage.retention import prune_before
+from service.db import partitions
+from service.db.database import Database, make_engine
+from service.db.migrate import alembic_config
+from service.stream.retention_store import prune_before
 from tests.integration.conftest import BACKEND, Auth
 from tests.integration.factories import fit_body
 from tests.integration.test_retention import count, iso, ok

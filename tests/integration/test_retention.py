@@ -9,12 +9,12 @@ import pytest
 from flask.testing import FlaskClient
 from sqlalchemy import text
 
+from service.audit.store import list_events, verify_chain
 from service.cli import main
+from service.common.errors import ValidationFailed
 from service.config import load_settings
-from service.errors import ValidationFailed
-from service.retention import prune, prune_cutoff
-from service.storage.audit import list_events, verify_chain
-from service.storage.database import Database
+from service.db.database import Database
+from service.stream.retention import prune, prune_cutoff
 from tests.integration.conftest import Auth
 from tests.integration.factories import fit_body
 

@@ -14,9 +14,9 @@ from flask.testing import FlaskClient
 from sqlalchemy import text, update
 
 from service import create_app
-from service.auth import Role
-from service.storage.database import Database
-from service.storage.models import UiSession
+from service.auth.tokens import Role
+from service.db.database import Database
+from service.db.models import UiSession
 from tests.integration.browser import Browser
 from tests.integration.conftest import ADMIN_TOKEN, Auth
 from tests.integration.factories import fit_body
@@ -218,7 +218,7 @@ def _as_utc(value: object) -> datetime:
 def test_revoking_the_token_ends_its_sessions_at_once(
     client: FlaskClient, auth: Auth, db: Database
 ) -> None:
-    from service.operations import create_token, revoke_token
+    from service.auth.service import create_token, revoke_token
 
     client.post("/v1/contracts/fit", json=fit_body(), headers=auth.headers())
     with db.session() as session:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from flask.testing import FlaskClient
 
-from service.auth import GRANTS, Permission, Role
+from service.auth.tokens import GRANTS, Permission, Role
 from service.cli import main
 from tests.integration.conftest import Auth
 from tests.integration.factories import fit_body

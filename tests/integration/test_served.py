@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.storage.migrate import upgrade_to_head
+from service.db.migrate import upgrade_to_head
 from tests.integration.conftest import ADMIN_TOKEN, fresh_database
 from tests.integration.factories import fit_body
 from tests.integration.test_stream import minutes_ago

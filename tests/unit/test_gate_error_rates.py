@@ -15,11 +15,11 @@ import pytest
 
 from service.calibration.binning import default_edges
 from service.calibration.simulation import SCENARIOS
-from service.contract_fit import FitRequest, fit_contract_spec
-from service.contracts import Contract, parse_spec_fields
-from service.errors import ErrorCollector
-from service.gate import evaluate_gate, parse_gate_request
-from service.labeled_sets import LabeledSet
+from service.common.errors import ErrorCollector
+from service.contracts.fitting import FitRequest, fit_contract_spec
+from service.contracts.labeled_sets import LabeledSet
+from service.contracts.model import Contract, parse_spec_fields
+from service.gate.checks import evaluate_gate, parse_gate_request
 
 
 def contract_of(task: str, method: str, rng: np.random.Generator, rows: int) -> Contract:

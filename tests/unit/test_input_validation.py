@@ -10,10 +10,6 @@ import numpy as np
 import pytest
 from flask import Flask
 
-from service.api.body import json_body
-from service.api.errors import ApiError
-from service.api.query import check_text_arguments, cursor_arg, encode_cursor, limit_arg
-from service.batches import parse_labels, parse_predictions
 from service.calibration import CalibrationInputError
 from service.calibration._checks import MAX_ABS_LOGIT, finite_number, float_array
 from service.calibration.calibrators import (
@@ -24,9 +20,8 @@ from service.calibration.calibrators import (
 )
 from service.calibration.fitting import T_MAX, T_MIN
 from service.calibration.stats import multiclass_stats
-from service.errors import ErrorCollector, NotFound, ValidationFailed
-from service.labeled_sets import parse_inputs
-from service.validation import (
+from service.common.errors import ErrorCollector, NotFound, ValidationFailed
+from service.common.values import (
     NAME_PATTERN,
     expect_int,
     expect_number,
@@ -34,7 +29,12 @@ from service.validation import (
     expect_timestamp,
     text_problem,
 )
-from service.windows import Window, WindowError, parse_duration
+from service.contracts.labeled_sets import parse_inputs
+from service.stream.batches import parse_labels, parse_predictions
+from service.stream.windows import Window, WindowError, parse_duration
+from service.web.bodies import json_body
+from service.web.http_errors import ApiError
+from service.web.queries import check_text_arguments, cursor_arg, encode_cursor, limit_arg
 
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
 

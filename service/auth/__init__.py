@@ -1,0 +1,1 @@
+"""Who may do what: roles, bearer tokens (stored hashed) and review-page sessions."""

@@ -1,0 +1,1 @@
+"""What every capability shares: domain errors, value checks, request declarations, the clock."""

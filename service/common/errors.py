@@ -1,0 +1,85 @@
+"""Domain errors. The HTTP edge (``service.web.http_errors``) maps each to one status and code."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ErrorDetail:
+    """One problem with one item of a request: ``item`` is its index in a batch, if any."""
+
+    field: str
+    message: str
+    item: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"field": self.field, "message": self.message}
+        if self.item is not None:
+            out["item"] = self.item
+        return out
+
+
+class CalmonError(Exception):
+    """Base of every error calmon reports to a client."""
+
+    code = "error"
+
+    def __init__(self, message: str, details: list[ErrorDetail] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details or []
+
+
+class ValidationFailed(CalmonError):
+    """The request is well-formed JSON but some items or fields are invalid (422)."""
+
+    code = "validation_failed"
+
+
+class NotFound(CalmonError):
+    """An unknown model, contract or resource (404)."""
+
+    code = "not_found"
+
+
+class Conflict(CalmonError):
+    """The request contradicts stored state (409)."""
+
+    code = "conflict"
+
+
+class LeakageError(ValidationFailed):
+    """The fit and eval sets are the same rows (422 ``leakage``)."""
+
+    code = "leakage"
+
+
+class UnreadableContract(Conflict):
+    """A stored contract holds a field the service can no longer read (409)."""
+
+    code = "unreadable_contract"
+
+
+class NoActiveContract(Conflict):
+    """The model has no active contract to bind predictions to (409)."""
+
+    code = "no_active_contract"
+
+
+@dataclass
+class ErrorCollector:
+    """Accumulates every problem of a request so the reply can list them all at once."""
+
+    details: list[ErrorDetail] = field(default_factory=list)
+
+    def add(self, field_name: str, message: str, item: int | None = None) -> None:
+        self.details.append(ErrorDetail(field_name, message, item))
+
+    def __bool__(self) -> bool:
+        return bool(self.details)
+
+    def raise_if_any(self, message: str = "the request has invalid fields") -> None:
+        if self.details:
+            raise ValidationFailed(message, list(self.details))

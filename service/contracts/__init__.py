@@ -1,0 +1,1 @@
+"""Contracts: the fitted, immutable promise, its validation, hashing, storage and use cases."""

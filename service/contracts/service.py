@@ -1,0 +1,138 @@
+"""Use cases of contracts: register, fit, find, verify, retire, the active and current one.
+
+Each use case that writes owns its transaction and commits once."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from sqlalchemy.orm import Session
+
+from service.audit import store as audit
+from service.audit.chain import retirement_document, retirement_sha256
+from service.auth.tokens import digests_match
+from service.common.clock import utcnow
+from service.common.errors import Conflict, NotFound
+from service.contracts import store as contracts_store
+from service.contracts.fitting import FitRequest, fit_contract_spec
+from service.contracts.model import (
+    BaselineSource,
+    Contract,
+    ContractSpec,
+    content_sha256,
+    hashed_document,
+)
+from service.contracts.store import claim_next_version, insert_contract
+
+
+def register_contract(
+    session: Session, spec: ContractSpec, *, actor: str, event: str = "contract_registered"
+) -> Contract:
+    """Store ``spec`` as the model's next version with its content hash; audit it; commit.
+
+    The event's type records where the baseline came from: ``contract_fitted`` when calmon
+    measured it (``fit_contract``), ``contract_registered`` when the registrant supplied it.
+    """
+    now = utcnow()
+    version = claim_next_version(session, spec.model, now)
+    contract_id = str(uuid.uuid4())
+    digest = content_sha256(hashed_document(contract_id, version, spec, now, actor))
+    contract = Contract(
+        id=contract_id,
+        version=version,
+        spec=spec,
+        created_at=now,
+        created_by=actor,
+        content_sha256=digest,
+    )
+    insert_contract(session, contract)
+    audit.append_event(
+        session,
+        type=event,
+        actor=actor,
+        now=now,
+        model=spec.model,
+        contract_id=contract_id,
+        details={
+            "version": version,
+            "content_sha256": digest,
+            "baseline_source": "measured" if event == "contract_fitted" else "supplied",
+        },
+    )
+    session.commit()
+    return contract
+
+
+def fit_contract(session: Session, request: FitRequest, *, actor: str) -> Contract:
+    """Fit the calibrator on the fit set, measure the baseline on both sets, and register it."""
+    return register_contract(
+        session, fit_contract_spec(request), actor=actor, event="contract_fitted"
+    )
+
+
+def baseline_source(session: Session, contract: Contract) -> BaselineSource:
+    """``measured`` if the audit chain records calmon fitting the contract, else ``supplied``
+    (registered with its baseline, or no creation event to vouch for it)."""
+    kind = audit.creation_event_type(session, contract.model, contract.id)
+    return "measured" if kind == "contract_fitted" else "supplied"
+
+
+def find_contract(session: Session, contract_id: str) -> Contract:
+    contract = contracts_store.get_contract(session, contract_id)
+    if contract is None:
+        raise NotFound(f"no contract with id {contract_id!r}")
+    return contract
+
+
+def verify_contract(session: Session, contract_id: str) -> dict[str, object]:
+    """Recompute the content hash from the stored record and compare."""
+    contract = find_contract(session, contract_id)
+    recomputed = content_sha256(contract.hashed_document())
+    return {
+        "id": contract.id,
+        "valid": digests_match(recomputed, contract.content_sha256),
+        "content_sha256": contract.content_sha256,
+        "recomputed_sha256": recomputed,
+    }
+
+
+def retire_contract(session: Session, contract_id: str, *, reason: str, actor: str) -> Contract:
+    """Record the retirement event (the contract itself never changes); 409 if already retired."""
+    contract = find_contract(session, contract_id)
+    if contract.retirement is not None:
+        raise Conflict(
+            f"contract {contract_id} was already retired at "
+            f"{contract.retirement.retired_at.isoformat()}"
+        )
+    now = utcnow()
+    row = contracts_store.insert_retirement(
+        session, contract_id, reason=reason, retired_by=actor, now=now
+    )
+    retirement = retirement_document(row.contract_id, row.reason, row.retired_at, row.retired_by)
+    audit.append_event(
+        session,
+        type="contract_retired",
+        actor=actor,
+        now=now,
+        model=contract.model,
+        contract_id=contract_id,
+        details={
+            "version": contract.version,
+            "reason": reason,
+            "retirement": retirement,
+            "retirement_sha256": retirement_sha256(retirement),
+        },
+    )
+    session.commit()
+    return find_contract(session, contract_id)
+
+
+def active_contract(session: Session, model: str, at: datetime) -> Contract:
+    """The model's active contract at ``at``; 404 for an unknown model or none active."""
+    if not contracts_store.model_exists(session, model):
+        raise NotFound(f"unknown model {model!r}")
+    contract = contracts_store.active_contract_at(session, model, at)
+    if contract is None:
+        raise NotFound(f"model {model!r} has no active contract at {at.isoformat()}")
+    return contract

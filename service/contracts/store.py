@@ -1,0 +1,195 @@
+"""Contracts, their versions and retirements."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import and_, exists, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session, aliased
+
+from service.audit.chain import RetirementRow
+from service.contracts.model import Contract, ContractSpec, Retirement
+from service.db.models import ContractRecord, ContractRetirement, ModelRecord
+
+
+def claim_next_version(session: Session, model: str, now: datetime) -> int:
+    """Reserve the model's next contract version, gap-free under concurrent writers.
+
+    The counter row is created if missing and incremented in one UPDATE ... RETURNING, which holds
+    the row lock until the caller's transaction ends; a rollback releases the number unused.
+    """
+    dialect = session.get_bind().dialect.name
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    session.execute(
+        insert(ModelRecord)
+        .values(name=model, latest_version=0, created_at=now)
+        .on_conflict_do_nothing(index_elements=["name"])
+    )
+    version = session.scalar(
+        update(ModelRecord)
+        .where(ModelRecord.name == model)
+        .values(latest_version=ModelRecord.latest_version + 1)
+        .returning(ModelRecord.latest_version)
+    )
+    assert version is not None
+    return int(version)
+
+
+def insert_contract(session: Session, contract: Contract) -> None:
+    spec = contract.spec
+    session.add(
+        ContractRecord(
+            id=contract.id,
+            model=spec.model,
+            version=contract.version,
+            checkpoint=spec.checkpoint,
+            task=spec.task,
+            classes=list(spec.classes),
+            calibrator=spec.calibrator,
+            objective=spec.objective,
+            population=spec.population,
+            outcome=spec.outcome,
+            data_window=spec.data_window,
+            split=spec.split,
+            bin_edges=list(spec.bin_edges),
+            baseline=spec.baseline,
+            policy=spec.policy,
+            created_at=contract.created_at,
+            created_by=contract.created_by,
+            content_sha256=contract.content_sha256,
+        )
+    )
+    session.flush()
+
+
+def _to_contract(row: ContractRecord, retirement: ContractRetirement | None) -> Contract:
+    spec = ContractSpec(
+        model=row.model,
+        checkpoint=row.checkpoint,
+        task=row.task,
+        classes=tuple(row.classes),
+        calibrator=dict(row.calibrator),
+        objective=row.objective,
+        population=row.population,
+        outcome=row.outcome,
+        data_window=dict(row.data_window),
+        split=dict(row.split),
+        bin_edges=tuple(float(e) for e in row.bin_edges),
+        baseline=dict(row.baseline),
+        policy=dict(row.policy),
+    )
+    return Contract(
+        id=row.id,
+        version=row.version,
+        spec=spec,
+        created_at=row.created_at,
+        created_by=row.created_by,
+        content_sha256=row.content_sha256,
+        retirement=None
+        if retirement is None
+        else Retirement(retirement.reason, retirement.retired_at, retirement.retired_by),
+    )
+
+
+def _with_retirement():  # type: ignore[no-untyped-def]
+    return select(ContractRecord, ContractRetirement).outerjoin(
+        ContractRetirement, ContractRetirement.contract_id == ContractRecord.id
+    )
+
+
+def get_contract(session: Session, contract_id: str) -> Contract | None:
+    row = session.execute(_with_retirement().where(ContractRecord.id == contract_id)).first()
+    return None if row is None else _to_contract(row[0], row[1])
+
+
+def _active_at_filter(at: datetime):  # type: ignore[no-untyped-def]
+    """Contracts created at or before ``at`` and not retired by then."""
+    retirement = aliased(ContractRetirement)
+    retired_by_then = exists().where(
+        retirement.contract_id == ContractRecord.id, retirement.retired_at <= at
+    )
+    return and_(ContractRecord.created_at <= at, ~retired_by_then)
+
+
+def active_contract_at(session: Session, model: str, at: datetime) -> Contract | None:
+    """The newest version of ``model`` created at or before ``at`` and not retired at ``at``."""
+    row = session.execute(
+        _with_retirement()
+        .where(ContractRecord.model == model, _active_at_filter(at))
+        .order_by(ContractRecord.version.desc())
+        .limit(1)
+    ).first()
+    return None if row is None else _to_contract(row[0], row[1])
+
+
+def list_contracts(
+    session: Session,
+    *,
+    model: str | None = None,
+    active_at: datetime | None = None,
+    before_seq: int | None = None,
+    limit: int = 50,
+) -> list[tuple[int, Contract]]:
+    """Contracts newest first as ``(seq, contract)``; ``before_seq`` continues a page.
+
+    With ``active_at``, only each model's active contract at that time.
+    """
+    query = _with_retirement().order_by(ContractRecord.seq.desc()).limit(limit)
+    if model is not None:
+        query = query.where(ContractRecord.model == model)
+    if before_seq is not None:
+        query = query.where(ContractRecord.seq < before_seq)
+    if active_at is not None:
+        newer = aliased(ContractRecord)
+        newer_retirement = aliased(ContractRetirement)
+        newer_retired = exists().where(
+            newer_retirement.contract_id == newer.id, newer_retirement.retired_at <= active_at
+        )
+        shadowing = exists().where(
+            newer.model == ContractRecord.model,
+            newer.version > ContractRecord.version,
+            newer.created_at <= active_at,
+            ~newer_retired,
+        )
+        query = query.where(_active_at_filter(active_at), ~shadowing)
+    return [(row[0].seq, _to_contract(row[0], row[1])) for row in session.execute(query)]
+
+
+def model_exists(session: Session, model: str) -> bool:
+    return session.scalar(select(ModelRecord.name).where(ModelRecord.name == model)) is not None
+
+
+def insert_retirement(
+    session: Session, contract_id: str, *, reason: str, retired_by: str, now: datetime
+) -> RetirementRow:
+    """Store a retirement row; return it as stored (what its audit event must vouch for)."""
+    session.add(
+        ContractRetirement(
+            contract_id=contract_id, reason=reason, retired_at=now, retired_by=retired_by
+        )
+    )
+    session.flush()
+    return RetirementRow(contract_id, reason, now, retired_by)
+
+
+def list_retirements(session: Session) -> list[RetirementRow]:
+    """Every retirement row (there is at most one per contract)."""
+    rows = session.scalars(select(ContractRetirement).order_by(ContractRetirement.contract_id))
+    return [RetirementRow(r.contract_id, r.reason, r.retired_at, r.retired_by) for r in rows]
+
+
+def latest_contract(session: Session, model: str) -> Contract | None:
+    """The highest version of ``model``, retired or not."""
+    row = session.execute(
+        _with_retirement()
+        .where(ContractRecord.model == model)
+        .order_by(ContractRecord.version.desc())
+        .limit(1)
+    ).first()
+    return None if row is None else _to_contract(row[0], row[1])
+
+
+def model_names(session: Session) -> list[str]:
+    """Every model that has at least one contract, sorted."""
+    return list(session.scalars(select(ModelRecord.name).order_by(ModelRecord.name)))

@@ -1,0 +1,367 @@
+"""Typed SQLAlchemy 2.0 models. ORM rows never leave the storage package."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar, cast
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    CheckConstraint,
+    Float,
+    ForeignKey,
+    Index,
+    LargeBinary,
+    MetaData,
+    SmallInteger,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from service.db.types import BigIntPK, UTCDateTime
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def table_of(model: type[Base]) -> Table:
+    """The Core ``Table`` behind a mapped class (typed, for bulk statements)."""
+    return cast(Table, model.__table__)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        datetime: UTCDateTime,
+        dict[str, Any]: JSON,
+        list[Any]: JSON,
+    }
+
+
+class ApiToken(Base):
+    """A bearer token; only its SHA-256 is stored."""
+
+    __tablename__ = "api_tokens"
+    __table_args__ = (
+        CheckConstraint("role IN ('reader', 'ingest', 'gate', 'admin')", name="role"),
+    )
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    role: Mapped[str] = mapped_column(String(16))
+    token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime]
+    created_by: Mapped[str] = mapped_column(String(100))
+    revoked_at: Mapped[datetime | None]
+
+
+class UiSession(Base):
+    """A review-page sign-in: the browser's cookie holds the id, this row only its SHA-256.
+
+    ``token_id`` is the signing-in token's row (NULL for the bootstrap admin, which has none);
+    ``token_binding`` ties the session to that token (``service.auth.tokens.session_binding``), so a
+    revoked token, or a changed bootstrap token, ends its sessions at once. ``principal`` and
+    ``role`` are what the page shows; the role that counts is the token's, looked up per
+    request.
+    """
+
+    __tablename__ = "ui_sessions"
+    __table_args__ = (
+        Index("ix_ui_sessions_token_id", "token_id"),
+        Index("ix_ui_sessions_expires_at", "expires_at"),
+    )
+
+    id_sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    token_id: Mapped[int | None] = mapped_column(
+        BigIntPK, ForeignKey("api_tokens.id", ondelete="CASCADE")
+    )
+    token_binding: Mapped[str] = mapped_column(String(64))
+    principal: Mapped[str] = mapped_column(String(100))
+    role: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime]
+
+
+class ModelRecord(Base):
+    """One row per model name: the version counter that keeps contract versions gap-free."""
+
+    __tablename__ = "models"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    latest_version: Mapped[int] = mapped_column(default=0)
+    created_at: Mapped[datetime]
+
+
+class ContractRecord(Base):
+    """An immutable calibration contract; ``content_sha256`` covers every other column but seq."""
+
+    __tablename__ = "contracts"
+    __table_args__ = (
+        UniqueConstraint("model", "version"),
+        CheckConstraint("task IN ('multiclass', 'binary')", name="task"),
+        CheckConstraint("version >= 1", name="version_positive"),
+        Index("ix_contracts_model_created_at", "model", "created_at"),
+    )
+
+    seq: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    id: Mapped[str] = mapped_column(String(36), unique=True)
+    model: Mapped[str] = mapped_column(String(200), ForeignKey("models.name"))
+    version: Mapped[int]
+    checkpoint: Mapped[str] = mapped_column(String(200))
+    task: Mapped[str] = mapped_column(String(16))
+    classes: Mapped[list[Any]]
+    calibrator: Mapped[dict[str, Any]]
+    objective: Mapped[str] = mapped_column(String(32))
+    population: Mapped[str] = mapped_column(Text)
+    outcome: Mapped[str] = mapped_column(Text)
+    data_window: Mapped[dict[str, Any]]
+    split: Mapped[dict[str, Any]]
+    bin_edges: Mapped[list[Any]]
+    baseline: Mapped[dict[str, Any]]
+    policy: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime]
+    created_by: Mapped[str] = mapped_column(String(100))
+    content_sha256: Mapped[str] = mapped_column(String(64))
+
+
+class ContractRetirement(Base):
+    """The retirement event of a contract; the contract row itself never changes."""
+
+    __tablename__ = "contract_retirements"
+
+    contract_id: Mapped[str] = mapped_column(
+        String(36), ForeignKey("contracts.id"), primary_key=True
+    )
+    reason: Mapped[str] = mapped_column(Text)
+    retired_at: Mapped[datetime]
+    retired_by: Mapped[str] = mapped_column(String(100))
+
+
+class AuditEventRecord(Base):
+    """An append-only audit event: who did what, when, to which model or contract."""
+
+    __tablename__ = "audit_events"
+    __table_args__ = (
+        Index("ix_audit_events_model_seq", "model", "seq"),
+        Index("ix_audit_events_type_seq", "type", "seq"),
+    )
+
+    seq: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    ts: Mapped[datetime]
+    type: Mapped[str] = mapped_column(String(64))
+    actor: Mapped[str] = mapped_column(String(100))
+    model: Mapped[str | None] = mapped_column(String(200))
+    contract_id: Mapped[str | None] = mapped_column(String(36))
+    details: Mapped[dict[str, Any]]
+    prev_sha256: Mapped[str] = mapped_column(String(64))
+    sha256: Mapped[str] = mapped_column(String(64))
+
+
+class GateDecisionRecord(Base):
+    """A stored gate decision: the policy it applied, every check, and the evidence it saw."""
+
+    __tablename__ = "gate_decisions"
+    __table_args__ = (
+        Index("ix_gate_decisions_model_decided_at", "model", "decided_at"),
+        Index("ix_gate_decisions_contract_id", "contract_id"),
+        CheckConstraint("decision IN ('pass', 'fail')", name="decision"),
+    )
+
+    seq: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    id: Mapped[str] = mapped_column(String(36), unique=True)
+    contract_id: Mapped[str] = mapped_column(String(36), ForeignKey("contracts.id"))
+    model: Mapped[str] = mapped_column(String(200))
+    decided_at: Mapped[datetime]
+    decided_by: Mapped[str] = mapped_column(String(100))
+    decision: Mapped[str] = mapped_column(String(8))
+    policy: Mapped[dict[str, Any]]
+    checks: Mapped[list[Any]]
+    evidence: Mapped[dict[str, Any]]
+    policy_sha256: Mapped[str] = mapped_column(String(64))
+    evidence_sha256: Mapped[str] = mapped_column(String(64))
+
+
+class PredictionKey(Base):
+    """The idempotency key of a stored prediction: one row per (model, id), whatever its time.
+
+    Kept apart from ``predictions`` because that table is partitioned by event time on
+    PostgreSQL, and a unique key there must include the partition key: this table keeps an id
+    unique across every partition. ``ts`` locates the prediction's partition (a label probes
+    here first, then its partition by the full primary key); ``digest`` is the SHA-256 of the
+    content (ts, cohort, inputs) that decides duplicate vs conflict on a retry.
+    """
+
+    __tablename__ = "prediction_keys"
+    __table_args__ = (Index("ix_prediction_keys_ts", "ts", postgresql_using="brin"),)
+
+    model: Mapped[str] = mapped_column(String(200), primary_key=True)
+    id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    ts: Mapped[datetime]
+    digest: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class PredictionRecord(Base):
+    """One prediction as received: raw model output and the contract it was bound to.
+
+    Immutable once stored (labels live in ``labels``). On PostgreSQL the table is partitioned by
+    range of ``ts``, one partition per UTC day plus a default partition (see
+    ``service.db.partitions``); the primary key (model, ts, id) serves both the label probe
+    and the walk of a model's predictions by time. ``inputs`` holds the raw logits (K float64,
+    little-endian) or the one binary score; ``slices`` the JSON list of capped slices it counts
+    in.
+    """
+
+    __tablename__ = "predictions"
+    __table_args__ = ({"postgresql_partition_by": "RANGE (ts)"},)
+
+    model: Mapped[str] = mapped_column(String(200), primary_key=True)
+    ts: Mapped[datetime] = mapped_column(primary_key=True)
+    id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    contract_id: Mapped[str] = mapped_column(String(36))
+    cohort: Mapped[dict[str, Any]]
+    slices: Mapped[str] = mapped_column(Text)
+    inputs: Mapped[bytes] = mapped_column(LargeBinary)
+    received_at: Mapped[datetime]
+
+
+class PruneRecord(Base):
+    """One run of ``calmon prune``: rows with event time before ``cutoff`` were removed.
+
+    The latest ``cutoff`` is the retention horizon: predictions older than it are refused,
+    since their idempotency keys are gone and a retry could not be told from a new prediction.
+    """
+
+    __tablename__ = "prunes"
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    cutoff: Mapped[datetime]
+    pruned_at: Mapped[datetime]
+    partitions_dropped: Mapped[int] = mapped_column(BigInteger)
+    predictions: Mapped[int] = mapped_column(BigInteger)
+    labels: Mapped[int] = mapped_column(BigInteger)
+
+
+class LabelRecord(Base):
+    """The true label of a prediction, as received (insert-only: a label is never changed).
+
+    ``ts`` is when the outcome became known. ``joined`` tells whether the label has been counted
+    in the statistics with its prediction; a label that arrives first waits with ``joined``
+    false until its prediction is stored.
+    """
+
+    __tablename__ = "labels"
+    __table_args__ = (
+        Index("ix_labels_model_ts", "model", "ts"),
+        Index(
+            "ix_labels_waiting",
+            "model",
+            postgresql_where=text("NOT joined"),
+            sqlite_where=text("NOT joined"),
+        ),
+    )
+
+    model: Mapped[str] = mapped_column(String(200), primary_key=True)
+    id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    label: Mapped[int] = mapped_column(SmallInteger)
+    ts: Mapped[datetime]
+    received_at: Mapped[datetime]
+    joined: Mapped[bool]
+
+
+class CohortValue(Base):
+    """A cohort value admitted under the per-key cap of a model."""
+
+    __tablename__ = "cohort_values"
+
+    model: Mapped[str] = mapped_column(String(200), primary_key=True)
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(String(64), primary_key=True)
+
+
+class CalibrationBucket(Base):
+    """Additive statistics of one (model, slice, resolution, bucket, contract).
+
+    ``resolution`` is ``5m`` or ``1h``; ``bucket_start`` the bucket's UTC start by
+    prediction event time. ``stats`` packs the labeled predictions' ``CalibrationStats`` and
+    their refit-temperature knot sums as float64 (see ``service.calibration.packing``);
+    ``confidence_counts`` counts every prediction, labeled or not, per confidence bin (float64,
+    M values); ``unlabeled_expected_correct`` and ``unlabeled_expected_square`` sum what each
+    still-unlabeled prediction expects its correctness to be, and its square.
+    """
+
+    __tablename__ = "calibration_buckets"
+    __table_args__ = (CheckConstraint("resolution IN ('5m', '1h')", name="resolution"),)
+
+    model: Mapped[str] = mapped_column(String(200), primary_key=True)
+    slice: Mapped[str] = mapped_column(String(200), primary_key=True)
+    resolution: Mapped[str] = mapped_column(String(2), primary_key=True)
+    bucket_start: Mapped[datetime] = mapped_column(primary_key=True)
+    contract_id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    n_predictions: Mapped[int] = mapped_column(BigInteger, default=0)
+    n_labeled: Mapped[int] = mapped_column(BigInteger, default=0)
+    unlabeled_expected_correct: Mapped[float] = mapped_column(Float, default=0.0)
+    unlabeled_expected_square: Mapped[float] = mapped_column(Float, default=0.0)
+    confidence_counts: Mapped[bytes | None] = mapped_column(LargeBinary)
+    stats: Mapped[bytes | None] = mapped_column(LargeBinary)
+
+
+class StoredReading(Base):
+    """The latest reading of one (model, cohort slice, window), refreshed on an interval.
+
+    ``values`` holds the gauge values (ECE and its interval, NLL, Brier, accuracy, counts,
+    drift...) as computed by ``service.export.refresher``; every replica serves the same
+    numbers from here.
+    """
+
+    __tablename__ = "stored_readings"
+
+    model: Mapped[str] = mapped_column(String(200), primary_key=True)
+    cohort: Mapped[str] = mapped_column(String(200), primary_key=True)
+    window: Mapped[str] = mapped_column(String(16), primary_key=True)
+    contract_id: Mapped[str] = mapped_column(String(36))
+    contract_version: Mapped[int]
+    computed_at: Mapped[datetime]
+    values: Mapped[dict[str, Any]]
+
+
+class StoredExposition(Base):
+    """The Prometheus text of the calibration gauges, rendered by the refresher."""
+
+    __tablename__ = "stored_expositions"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    body: Mapped[bytes] = mapped_column(LargeBinary)
+    computed_at: Mapped[datetime]
+
+
+class RefreshLease(Base):
+    """Who may run the periodic refresh, until when: one refresher at a time across replicas."""
+
+    __tablename__ = "refresh_leases"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(200))
+    expires_at: Mapped[datetime]
+
+
+class MaintenanceTask(Base):
+    """Work a migration leaves for ``calmon migrate`` to run with the application's code.
+
+    ``rebuild_buckets`` recomputes every bucket from the stored predictions and labels when
+    the statistics a bucket keeps change. While a task is pending the service is not ready.
+    """
+
+    __tablename__ = "maintenance_tasks"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    requested_at: Mapped[datetime]

@@ -1,1 +1,0 @@
-"""Prometheus export: database-derived gauges, in-process counters, the /metrics endpoint."""

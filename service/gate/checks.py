@@ -1,0 +1,469 @@
+"""The deployment review gate: checks a contract (or a fresh held-out set) against a policy.
+
+The checks are a table of small functions over one ``_Evidence``. The evidence says where the
+contract's baseline came from (``baseline_source``): ``measured`` when calmon fitted the contract
+and measured its held-out set itself (``POST /v1/contracts/fit``, ``calmon fit``), ``supplied``
+when the registrant sent the baseline; ``require_measured_baseline`` fails a supplied baseline
+unless a fresh ``evaluation`` is sent, which calmon then measures and judges instead.
+
+The ECE check judges the debiased ECE, and fails only when the held-out set also shows strong
+evidence of miscalibration (the calibration test of ``ece_inference`` at p < ``GATE_P_VALUE``);
+the NLL check is the paired test of ``nll_comparison``.
+The reply never gives the ECE alone: the evidence carries the reliability table with counts and
+Wilson intervals beside the ECE, its debiased value and interval, and the NLL before and after.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from service.calibration import (
+    CalibrationInputError,
+    EceInference,
+    IdentityCalibrator,
+    Reading,
+    bins_inference,
+)
+from service.calibration.nll_comparison import (
+    NllComparison,
+    NllDifference,
+    compare_nll,
+    fitted_parameters,
+    nll_difference,
+)
+from service.common.errors import ErrorCollector, ErrorDetail, ValidationFailed
+from service.common.values import NAME_PATTERN, expect_int, expect_object, expect_str
+from service.contracts.fitting import reading_of
+from service.contracts.labeled_sets import LabeledSet, parse_labeled_set
+from service.contracts.model import BaselineSource, Contract, canonical_json
+
+#: The eval_ece check fails only on strong evidence of miscalibration: a failed gate blocks a
+#: release, and a calibrator fitted on a few hundred rows is itself slightly off (true ECE
+#: 0.02-0.03), which a p < 0.05 test flags in 6-10% of 500-row evaluation sets.
+GATE_P_VALUE = 0.005
+#: Policy defaults: ``max_ece`` falls back to the contract's own policy threshold.
+DEFAULT_GATE_POLICY: dict[str, Any] = {
+    "max_ece_ci_upper": None,
+    "min_eval_samples": 500,
+    "min_bin_samples": 0,
+    "require_nll_improvement": True,
+    "require_disjoint_eval": True,
+    "require_measured_baseline": False,
+}
+_POLICY_KEYS = ("max_ece", *DEFAULT_GATE_POLICY)
+_FLAGS = (
+    "require_nll_improvement",
+    "require_disjoint_eval",
+    "require_measured_baseline",
+)
+#: Largest sample-count threshold a policy may set (more rows than any request can carry).
+MAX_SAMPLES = 10**9
+#: Largest magnitude JSON may give an evaluation value and still be a float64.
+_FLOAT_MAX = 1.7976931348623157e308
+_REQUIRED_FIELDS = (
+    "checkpoint",
+    "population",
+    "outcome",
+    "data_window",
+    "split.method",
+    "split.fit_fingerprint",
+    "split.eval_fingerprint",
+    "bin_edges",
+    "baseline",
+)
+
+
+@dataclass(frozen=True)
+class GateRequest:
+    contract_id: str
+    policy: dict[str, Any]
+    evaluation: Any
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    passed: bool
+    observed: Any
+    threshold: Any
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "passed": self.passed,
+            "observed": self.observed,
+            "threshold": self.threshold,
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True)
+class GateOutcome:
+    decision: str
+    checks: tuple[Check, ...]
+    evidence: dict[str, Any]
+    policy: dict[str, Any]
+
+    @property
+    def evidence_sha256(self) -> str:
+        return hashlib.sha256(canonical_json(self.evidence)).hexdigest()
+
+    @property
+    def policy_sha256(self) -> str:
+        return hashlib.sha256(canonical_json(self.policy)).hexdigest()
+
+
+def parse_gate_request(body: Mapping[str, Any]) -> GateRequest:
+    """Validate ``{"contract_id", "policy"?, "evaluation"?}``: every problem is a 422 naming
+    its field, whatever JSON arrives. The evaluation's rows are parsed later, against the
+    contract's task and classes; here its numbers are only checked to fit a float64."""
+    errors = ErrorCollector()
+    expect_object(body, "", errors, required=("contract_id",), optional=("policy", "evaluation"))
+    contract_id = (
+        expect_str(body["contract_id"], "contract_id", errors, pattern=NAME_PATTERN)
+        if "contract_id" in body
+        else None
+    )
+    policy = _parse_policy(body.get("policy"), errors)
+    evaluation = body.get("evaluation")
+    _check_magnitudes(evaluation, "evaluation", errors)
+    errors.raise_if_any("the gate request is invalid")
+    return GateRequest(contract_id=str(contract_id), policy=policy, evaluation=evaluation)
+
+
+def _parse_policy(value: Any, errors: ErrorCollector) -> dict[str, Any]:
+    """The policy with defaults filled in; ``null`` or absent means every default."""
+    if value is None:
+        return dict(DEFAULT_GATE_POLICY)
+    policy = expect_object(value, "policy", errors, optional=_POLICY_KEYS)
+    if policy is None:
+        return {}
+    out = dict(DEFAULT_GATE_POLICY)
+    for key in ("max_ece", "max_ece_ci_upper"):
+        if policy.get(key) is not None:
+            out[key] = _fraction(policy[key], f"policy.{key}", errors)
+    for key in ("min_eval_samples", "min_bin_samples"):
+        if key in policy:
+            out[key] = expect_int(
+                policy[key], f"policy.{key}", errors, minimum=0, maximum=MAX_SAMPLES
+            )
+    for key in _FLAGS:
+        if key in policy:
+            if not isinstance(policy[key], bool):
+                errors.add(f"policy.{key}", "expected true or false")
+            out[key] = policy[key]
+    return out
+
+
+def _fraction(value: Any, path: str, errors: ErrorCollector) -> float | None:
+    """A JSON number in [0, 1] (integers of any size, infinities and NaN are refused)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        errors.add(path, "expected a number in [0, 1]")
+        return None
+    if not 0 <= value <= 1:
+        errors.add(path, "must be a number in [0, 1]")
+        return None
+    return float(value)
+
+
+def _check_magnitudes(value: Any, path: str, errors: ErrorCollector) -> None:
+    """Report the first number of an evaluation set that no float64 can hold (10^400...)."""
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, dict):
+            stack.extend((v, f"{where}.{k}") for k, v in reversed(item.items()))
+        elif isinstance(item, list):
+            stack.extend((v, f"{where}[{i}]") for i, v in reversed(list(enumerate(item))))
+        elif isinstance(item, int) and not isinstance(item, bool) and abs(item) > _FLOAT_MAX:
+            errors.add(where, "must be finite (beyond the range of a float64)")
+            return
+
+
+def _field(spec_dict: Mapping[str, Any], dotted: str) -> Any:
+    value: Any = spec_dict
+    for part in dotted.split("."):
+        value = value.get(part) if isinstance(value, Mapping) else None
+    return value
+
+
+@dataclass(frozen=True)
+class _Evidence:
+    """What the checks judge: the contract, the policy and the held-out readings."""
+
+    contract: Contract
+    policy: dict[str, Any]
+    source: dict[str, Any]
+    baseline_source: BaselineSource
+    calibrated: Reading
+    uncalibrated: Reading
+    inference: EceInference
+    nll: NllComparison | None
+    eval_fingerprint: str | None
+
+
+def _required_fields(e: _Evidence) -> Check:
+    document = e.contract.hashed_document()
+    missing = [f for f in _REQUIRED_FIELDS if _field(document, f) in (None, "", [], {})]
+    return Check(
+        "required_fields",
+        not missing,
+        missing or "all present",
+        list(_REQUIRED_FIELDS),
+        "the contract names its checkpoint, population, outcome, window, split "
+        "and held-out evidence"
+        if not missing
+        else f"the contract lacks {', '.join(missing)}",
+    )
+
+
+def _disjoint_eval(e: _Evidence) -> Check:
+    fit_fp = e.contract.spec.split.get("fit_fingerprint")
+    eval_fp = e.eval_fingerprint or e.contract.spec.split.get("eval_fingerprint")
+    disjoint = fit_fp is not None and eval_fp is not None and fit_fp != eval_fp
+    return Check(
+        "disjoint_eval",
+        disjoint or not e.policy["require_disjoint_eval"],
+        {"fit_fingerprint": fit_fp, "eval_fingerprint": eval_fp},
+        "different fingerprints",
+        "the evaluation rows differ from the rows the calibrator was fitted on"
+        if disjoint
+        else "the evaluation set is the fit set, or a fingerprint is missing: the evidence "
+        "would be optimistic",
+    )
+
+
+def _eval_samples(e: _Evidence) -> Check:
+    n, needed = e.calibrated.n, e.policy["min_eval_samples"]
+    return Check(
+        "eval_samples",
+        n >= needed,
+        n,
+        needed,
+        f"{n} held-out predictions (at least {needed} needed)",
+    )
+
+
+def _eval_ece(e: _Evidence) -> Check:
+    debiased, p, limit = e.inference.debiased, e.inference.p_value, e.policy["max_ece"]
+    beyond = not debiased <= limit
+    shown = p < GATE_P_VALUE
+    if not beyond:
+        message = f"debiased ECE {_fmt(debiased)} is within max_ece {limit:.4f}"
+    elif shown:
+        message = (
+            f"debiased ECE {_fmt(debiased)} exceeds max_ece {limit:.4f} and the set shows "
+            f"miscalibration (calibration test p = {p:.2g})"
+        )
+    else:
+        message = (
+            f"debiased ECE {_fmt(debiased)} exceeds max_ece {limit:.4f}, but the set does not "
+            f"show miscalibration (calibration test p = {p:.2g} >= {GATE_P_VALUE})"
+        )
+    return Check("eval_ece", not (beyond and shown), debiased, limit, message)
+
+
+def _eval_ece_ci_upper(e: _Evidence) -> Check | None:
+    limit = e.policy.get("max_ece_ci_upper")
+    if limit is None:
+        return None
+    upper = e.inference.upper
+    return Check(
+        "eval_ece_ci_upper",
+        upper <= limit,
+        upper,
+        limit,
+        f"upper bound of the ECE's 95% interval {_fmt(upper)} against {limit:.4f}",
+    )
+
+
+def _nll_improvement(e: _Evidence) -> Check:
+    observed = {
+        "uncalibrated": _number(e.uncalibrated.nll),
+        "calibrated": _number(e.calibrated.nll),
+    }
+    if e.nll is None:
+        return Check(
+            "nll_improvement",
+            True,
+            observed,
+            "not significantly worse",
+            "not tested: the baseline carries no per-row NLL differences (send an evaluation "
+            "set to test it)",
+        )
+    c = e.nll
+    observed |= {"mean_difference": c.mean_difference, "lower_bound": c.lower_bound}
+    verdict = "worse" if c.worse else "not significantly worse"
+    return Check(
+        "nll_improvement",
+        not c.worse or not e.policy["require_nll_improvement"],
+        observed,
+        c.tolerance,
+        f"held-out NLL {_fmt(observed['uncalibrated'])} -> {_fmt(observed['calibrated'])}: the "
+        f"calibrator is {verdict} (per-row difference {c.mean_difference:+.5f} nats, 97.5% "
+        f"lower bound {c.lower_bound:+.5f} against the fitting noise {c.tolerance:.5f})",
+    )
+
+
+def _measured_baseline(e: _Evidence) -> Check | None:
+    if not e.policy.get("require_measured_baseline"):
+        return None
+    fresh = e.source["kind"] == "evaluation"
+    if fresh:
+        message = "judged on a fresh evaluation set that calmon measured"
+    elif e.baseline_source == "measured":
+        message = "the held-out baseline was measured by calmon when it fitted the contract"
+    else:
+        message = (
+            "the held-out baseline was supplied by the registrant: send a fresh evaluation "
+            "set, or register the contract through /v1/contracts/fit (calmon fit)"
+        )
+    return Check(
+        "measured_baseline",
+        fresh or e.baseline_source == "measured",
+        "evaluation" if fresh else e.baseline_source,
+        "measured",
+        message,
+    )
+
+
+def _bin_samples(e: _Evidence) -> Check:
+    smallest = min((b.n for b in e.calibrated.bins), default=0)
+    needed = e.policy["min_bin_samples"]
+    return Check(
+        "bin_samples",
+        smallest >= needed,
+        smallest,
+        needed,
+        f"the smallest non-empty reliability bin holds {smallest} predictions",
+    )
+
+
+#: Every check of the gate, in the order they are reported; None means "not asked for".
+CHECKS: tuple[Callable[[_Evidence], Check | None], ...] = (
+    _required_fields,
+    _measured_baseline,
+    _disjoint_eval,
+    _eval_samples,
+    _eval_ece,
+    _eval_ece_ci_upper,
+    _nll_improvement,
+    _bin_samples,
+)
+
+
+def evaluate_gate(
+    contract: Contract, request: GateRequest, baseline_source: BaselineSource = "supplied"
+) -> GateOutcome:
+    """Run every check; the decision passes only if all of them do.
+
+    ``baseline_source`` is where the contract's stored baseline came from (the caller knows,
+    from the audit chain); unknown provenance is ``supplied``.
+    """
+    policy = dict(request.policy)
+    if policy.get("max_ece") is None:
+        policy["max_ece"] = float(contract.spec.policy["max_ece"])
+    e = _gather(contract, request, policy, baseline_source)
+    checks = tuple(c for check in CHECKS if (c := check(e)) is not None)
+    calibrated = e.calibrated.to_dict()
+    evidence = {
+        "source": e.source,
+        "baseline_source": baseline_source,
+        "contract": {
+            "id": contract.id,
+            "model": contract.model,
+            "version": contract.version,
+            "content_sha256": contract.content_sha256,
+        },
+        "n": e.calibrated.n,
+        "ece": calibrated["ece"],
+        "ece_debiased": _number(e.inference.debiased),
+        "ece_ci": [_number(e.inference.lower), _number(e.inference.upper)],
+        "calibration_p_value": _number(e.inference.p_value),
+        "nll": {"uncalibrated": _number(e.uncalibrated.nll), "calibrated": calibrated["nll"]},
+        "nll_difference": None
+        if e.nll is None
+        else {
+            "mean": e.nll.mean_difference,
+            "lower_bound": e.nll.lower_bound,
+            "tolerance": e.nll.tolerance,
+        },
+        "brier": {"uncalibrated": _number(e.uncalibrated.brier), "calibrated": calibrated["brier"]},
+        "reliability": calibrated["bins"],
+        "bin_edges": list(contract.spec.bin_edges),
+    }
+    decision = "pass" if all(c.passed for c in checks) else "fail"
+    return GateOutcome(decision, checks, evidence, policy)
+
+
+def _gather(
+    contract: Contract,
+    request: GateRequest,
+    policy: dict[str, Any],
+    baseline_source: BaselineSource,
+) -> _Evidence:
+    """The readings the checks judge: the stored eval baseline, or a fresh evaluation set."""
+    spec = contract.spec
+    fit_rows = contract.baseline_reading("fit", "calibrated").n
+    parameters = fitted_parameters(contract.calibrator)
+    if request.evaluation is None:
+        stored = spec.baseline["eval"]
+        calibrated = contract.baseline_reading("eval", "calibrated")
+        difference = stored.get("nll_difference")
+        return _Evidence(
+            contract=contract,
+            policy=policy,
+            baseline_source=baseline_source,
+            source={
+                "kind": "contract_eval_baseline",
+                "fingerprint": spec.split.get("eval_fingerprint"),
+            },
+            calibrated=calibrated,
+            uncalibrated=contract.baseline_reading("eval", "uncalibrated"),
+            inference=bins_inference(calibrated.bins),
+            nll=None
+            if difference is None
+            else compare_nll(NllDifference.from_dict(difference), parameters, fit_rows),
+            eval_fingerprint=None,
+        )
+    errors = ErrorCollector()
+    data: LabeledSet | None = parse_labeled_set(
+        request.evaluation, "evaluation", task=spec.task, classes=spec.classes, errors=errors
+    )
+    errors.raise_if_any("the evaluation set is invalid")
+    assert data is not None
+    try:
+        calibrated = reading_of(spec.task, data, contract.edges, contract.calibrator, spec.policy)
+        uncalibrated = reading_of(
+            spec.task, data, contract.edges, IdentityCalibrator(), spec.policy
+        )
+        difference = nll_difference(spec.task, data.inputs, data.labels, contract.calibrator)
+    except CalibrationInputError as exc:
+        raise ValidationFailed(
+            "the evaluation set cannot be measured", [ErrorDetail("evaluation", str(exc))]
+        ) from exc
+    fingerprint = data.fingerprint()
+    return _Evidence(
+        contract=contract,
+        policy=policy,
+        baseline_source=baseline_source,
+        source={"kind": "evaluation", "fingerprint": fingerprint},
+        calibrated=calibrated,
+        uncalibrated=uncalibrated,
+        inference=bins_inference(calibrated.bins),
+        nll=compare_nll(difference, parameters, fit_rows),
+        eval_fingerprint=fingerprint,
+    )
+
+
+def _number(value: float) -> float | None:
+    return None if value is None or math.isnan(value) else value
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None or math.isnan(value) else f"{value:.4f}"

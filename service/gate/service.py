@@ -1,0 +1,53 @@
+"""The gate's use case: decide, store the decision with its evidence, audit it."""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy.orm import Session
+
+from service.audit import store as audit
+from service.common.clock import utcnow
+from service.contracts.service import baseline_source, find_contract
+from service.gate import store as gates_store
+from service.gate.checks import GateRequest, evaluate_gate
+from service.gate.store import GateDecision
+
+
+def decide_gate(session: Session, request: GateRequest, *, actor: str) -> GateDecision:
+    """Evaluate the contract against the policy, store the decision with its evidence, audit it."""
+    contract = find_contract(session, request.contract_id)
+    outcome = evaluate_gate(contract, request, baseline_source(session, contract))
+    now = utcnow()
+    decision = GateDecision(
+        seq=0,
+        id=str(uuid.uuid4()),
+        contract_id=contract.id,
+        model=contract.model,
+        decided_at=now,
+        decided_by=actor,
+        decision=outcome.decision,
+        policy=outcome.policy,
+        checks=[c.to_dict() for c in outcome.checks],
+        evidence=outcome.evidence,
+        policy_sha256=outcome.policy_sha256,
+        evidence_sha256=outcome.evidence_sha256,
+    )
+    gates_store.insert_decision(session, decision)
+    audit.append_event(
+        session,
+        type="gate_decided",
+        actor=actor,
+        now=now,
+        model=contract.model,
+        contract_id=contract.id,
+        details={
+            "decision_id": decision.id,
+            "decision": decision.decision,
+            "failed_checks": [c.name for c in outcome.checks if not c.passed],
+            "evidence_sha256": decision.evidence_sha256,
+            "policy_sha256": decision.policy_sha256,
+        },
+    )
+    session.commit()
+    return decision

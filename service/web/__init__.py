@@ -1,0 +1,1 @@
+"""The HTTP edge: the Flask app, bodies and queries, auth, errors, OpenAPI, routes and pages."""

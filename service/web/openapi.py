@@ -1,0 +1,857 @@
+"""The OpenAPI 3.1 description of calmon's HTTP API, served at ``GET /v1/openapi.json``.
+
+Every operation lists each status and content type it can answer with (JSON, the audit log's
+CSV, the reliability diagrams' SVG, the Prometheus text format), and the request schemas carry
+the bounds the validators enforce, taken from the modules that enforce them. Links from the
+contract-creating operations to the ones that take a contract id or model name let schemathesis
+chain calls in its stateful phase.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, Response, jsonify
+
+from service.auth.tokens import Permission
+from service.calibration._checks import MAX_ABS_LOGIT
+from service.calibration.calibrators import (
+    MAX_PLATT_INTERCEPT,
+    MAX_PLATT_SLOPE,
+    MAX_TEMPERATURE,
+    MIN_PLATT_SLOPE,
+    MIN_TEMPERATURE,
+)
+from service.common.values import MAX_JSON_INTEGER
+from service.contracts.model import (
+    MAX_BIN_EDGES,
+    MAX_CLASSES,
+    MAX_COST,
+    MAX_NLL,
+    MAX_TEXT_LENGTH,
+    MIN_COST,
+)
+from service.gate.checks import DEFAULT_GATE_POLICY
+from service.stream.batches import MAX_ID_LENGTH
+from service.stream.cohorts import MAX_KEYS, MAX_LENGTH
+from service.stream.ingestion import MAX_BATCH_ITEMS
+from service.web.auth import requires
+from service.web.queries import MAX_LIMIT, MAX_SEQ
+
+bp = Blueprint("openapi", __name__, url_prefix="/v1")
+
+JSON = "application/json"
+_NUMBER = {"type": "number"}
+_NULLABLE_NUMBER = {"type": ["number", "null"]}
+_FRACTION = {"type": "number", "minimum": 0, "maximum": 1}
+_COUNT = {"type": "integer", "minimum": 0, "maximum": MAX_JSON_INTEGER}
+_STRING = {"type": "string", "minLength": 1}
+_TEXT = {"type": "string", "minLength": 1, "maxLength": MAX_TEXT_LENGTH}
+_TIMESTAMP = {"type": "string", "format": "date-time"}
+_ID = {"type": "string", "minLength": 1, "maxLength": MAX_ID_LENGTH}
+_NAME = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$"}
+_CLASS_NAME = {"type": "string", "minLength": 1, "maxLength": 200}
+_LABEL = {"oneOf": [{"type": "integer", "minimum": 0}, {"type": "string", "minLength": 1}]}
+_LOGIT = {"type": "number", "minimum": -MAX_ABS_LOGIT, "maximum": MAX_ABS_LOGIT}
+_LOGITS = {"type": "array", "minItems": 2, "maxItems": MAX_CLASSES, "items": _LOGIT}
+_SCORE = _FRACTION
+_CI = {"type": "array", "minItems": 2, "maxItems": 2, "items": _FRACTION}
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _object(properties: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
+    """A request object: the listed properties and no others."""
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required or [],
+        "additionalProperties": False,
+    }
+
+
+def _record(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    """A reply object: at least the listed properties (replies may grow new ones)."""
+    return {"type": "object", "properties": properties, "required": required}
+
+
+def _reply(description: str, schema: dict[str, Any], media: str = JSON) -> dict[str, Any]:
+    return {"description": description, "content": {media: {"schema": schema}}}
+
+
+_ERROR_TEXT = {
+    400: "malformed body (NaN/Infinity tokens: details name their fields)",
+    401: "missing or invalid token",
+    403: "role not allowed",
+    404: "unknown model, contract or route (also a path segment holding a NUL)",
+    409: "conflicts with stored state",
+    413: "body over CALMON_MAX_BODY_BYTES",
+    415: "not JSON",
+    422: "invalid fields or parameters; details name each item and field",
+    503: "database unavailable (Retry-After)",
+}
+
+
+def _errors(*codes: int) -> dict[str, Any]:
+    return {str(c): _reply(_ERROR_TEXT[c], _ref("Error")) for c in codes}
+
+
+_BIN = _record(
+    {
+        "lo": _FRACTION,
+        "hi": _FRACTION,
+        "n": _COUNT,
+        "mean_confidence": _FRACTION,
+        "accuracy": _FRACTION,
+        "ci": _CI,
+    },
+    ["lo", "hi", "n", "mean_confidence", "accuracy", "ci"],
+)
+
+_READING_FIELDS: dict[str, Any] = {
+    "n": _COUNT,
+    "ece": _NULLABLE_NUMBER,
+    "ece_debiased": _NULLABLE_NUMBER,
+    "ece_ci": {"type": "array", "items": _NULLABLE_NUMBER},
+    "calibration_p_value": _NULLABLE_NUMBER,
+    "mce": _NULLABLE_NUMBER,
+    "mce_n": {"type": ["integer", "null"]},
+    "nll": _NULLABLE_NUMBER,
+    "brier": _NULLABLE_NUMBER,
+    "accuracy": _NULLABLE_NUMBER,
+    "mean_confidence": _NULLABLE_NUMBER,
+    "bins": {"type": "array", "items": _ref("Bin")},
+    "label_counts": {"type": "array", "items": _COUNT},
+    "classwise_ece": _NULLABLE_NUMBER,
+    "auc": _NULLABLE_NUMBER,
+    "prevalence": _NULLABLE_NUMBER,
+    "mean_score": _NULLABLE_NUMBER,
+    "threshold": _NULLABLE_NUMBER,
+    "expected_cost": _NULLABLE_NUMBER,
+}
+
+#: A baseline reading as registered (``service.contracts.model.parse_baseline`` states the rules the
+#: schema cannot: bins on consecutive edges adding up to n, K label counts, the task's keys).
+_BASELINE_READING = _object(
+    {
+        **_READING_FIELDS,
+        "n": {"type": "integer", "minimum": 1, "maximum": MAX_JSON_INTEGER},
+        "ece": _FRACTION,
+        "ece_ci": _CI,
+        "mce": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
+        "nll": {"type": "number", "minimum": 0, "maximum": MAX_NLL},
+        "expected_cost": {"type": ["number", "null"], "minimum": 0, "maximum": MAX_COST},
+        "brier": {"type": "number", "minimum": 0, "maximum": 2},
+        "accuracy": _FRACTION,
+        "mean_confidence": _FRACTION,
+        "bins": {
+            "type": "array",
+            "maxItems": MAX_BIN_EDGES - 1,
+            "items": _object(
+                {
+                    "lo": _FRACTION,
+                    "hi": _FRACTION,
+                    "n": {"type": "integer", "minimum": 1, "maximum": MAX_JSON_INTEGER},
+                    "mean_confidence": _FRACTION,
+                    "accuracy": _FRACTION,
+                    "ci": _CI,
+                },
+                ["lo", "hi", "n", "mean_confidence", "accuracy", "ci"],
+            ),
+        },
+        "label_counts": {
+            "type": "array",
+            "minItems": 2,
+            "maxItems": MAX_CLASSES,
+            "items": _COUNT,
+        },
+    },
+    [
+        "n",
+        "ece",
+        "ece_ci",
+        "mce",
+        "nll",
+        "brier",
+        "accuracy",
+        "mean_confidence",
+        "bins",
+        "label_counts",
+    ],
+)
+
+_BASELINE_SPLIT = _object(
+    {
+        "uncalibrated": _ref("BaselineReading"),
+        "calibrated": _ref("BaselineReading"),
+        "nll_difference": _object(
+            {
+                "n": {"type": "integer", "minimum": 1, "maximum": MAX_JSON_INTEGER},
+                "mean": {"type": "number", "minimum": -MAX_NLL, "maximum": MAX_NLL},
+                "sd": {"type": "number", "minimum": 0, "maximum": MAX_NLL},
+            },
+            ["n", "mean", "sd"],
+        ),
+    },
+    ["uncalibrated", "calibrated"],
+)
+
+_SPEC_FIELDS: dict[str, Any] = {
+    "model": _NAME,
+    "checkpoint": {"type": "string", "minLength": 1, "maxLength": 200},
+    "task": {"type": "string", "enum": ["multiclass", "binary"]},
+    "classes": {
+        "type": "array",
+        "minItems": 2,
+        "maxItems": MAX_CLASSES,
+        "uniqueItems": True,
+        "items": _CLASS_NAME,
+    },
+    "objective": {"type": "string", "enum": ["nll"]},
+    "population": _TEXT,
+    "outcome": _TEXT,
+    "data_window": _object({"start": _TIMESTAMP, "end": _TIMESTAMP}, ["start", "end"]),
+    "split": _object(
+        {
+            "method": _TEXT,
+            "fit_fingerprint": {"type": ["string", "null"], "pattern": "^[0-9a-fA-F]{64}$"},
+            "eval_fingerprint": {"type": ["string", "null"], "pattern": "^[0-9a-fA-F]{64}$"},
+        },
+        ["method"],
+    ),
+    "bin_edges": {
+        "type": "array",
+        "items": _FRACTION,
+        "minItems": 2,
+        "maxItems": MAX_BIN_EDGES,
+    },
+    "policy": _ref("DriftPolicy"),
+}
+_SPEC_REQUIRED = ["model", "checkpoint", "task", "population", "outcome", "data_window", "split"]
+
+
+def _gate_policy_property(default: Any) -> dict[str, Any]:
+    if isinstance(default, bool):
+        return {"type": "boolean"}
+    if isinstance(default, int):
+        return {"type": "integer", "minimum": 0}
+    return {"type": ["number", "null"], "minimum": 0, "maximum": 1}
+
+
+_GATE_POLICY = _object(
+    {
+        "max_ece": _FRACTION,
+        **{key: _gate_policy_property(value) for key, value in DEFAULT_GATE_POLICY.items()},
+    }
+)
+
+_CONTRACT_FIELDS: dict[str, Any] = {
+    "id": {"type": "string"},
+    "model": {"type": "string"},
+    "version": {"type": "integer"},
+    "checkpoint": {"type": "string"},
+    "task": {"type": "string", "enum": ["multiclass", "binary"]},
+    "classes": {"type": "array", "items": {"type": "string"}},
+    "calibrator": {"type": "object"},
+    "objective": {"type": "string"},
+    "population": {"type": "string"},
+    "outcome": {"type": "string"},
+    "data_window": {"type": "object"},
+    "split": {"type": "object"},
+    "bin_edges": {"type": "array", "items": _NUMBER},
+    "baseline": {"type": "object"},
+    "policy": {"type": "object"},
+    "created_at": _TIMESTAMP,
+    "created_by": {"type": "string"},
+    "content_sha256": {"type": "string"},
+    "retired": {"type": "boolean"},
+    "retirement": {"type": ["object", "null"]},
+}
+
+SCHEMAS: dict[str, Any] = {
+    "Error": _record(
+        {
+            "error": _record(
+                {
+                    "code": {"type": "string"},
+                    "message": {"type": "string"},
+                    "details": {
+                        "type": "array",
+                        "items": _record(
+                            {
+                                "field": {"type": "string"},
+                                "message": {"type": "string"},
+                                "item": {"type": "integer"},
+                            },
+                            ["field", "message"],
+                        ),
+                    },
+                },
+                ["code", "message", "details"],
+            )
+        },
+        ["error"],
+    ),
+    "Bin": _BIN,
+    "Reading": _record(_READING_FIELDS, ["n", "ece", "nll", "brier", "accuracy", "bins"]),
+    "BaselineReading": _BASELINE_READING,
+    "DriftPolicy": _object(
+        {
+            "max_ece": _FRACTION,
+            "max_ece_increase": _FRACTION,
+            "min_labeled": _COUNT,
+            "c_fp": {"type": "number", "minimum": MIN_COST, "maximum": MAX_COST},
+            "c_fn": {"type": "number", "minimum": MIN_COST, "maximum": MAX_COST},
+        }
+    ),
+    "LabeledSet": {
+        "type": "object",
+        "properties": {
+            "logits": {"type": "array", "minItems": 1, "items": _LOGITS},
+            "scores": {"type": "array", "minItems": 1, "items": _SCORE},
+            "labels": {"type": "array", "minItems": 1, "items": _LABEL},
+        },
+        "required": ["labels"],
+        "additionalProperties": False,
+    },
+    "Calibrator": {
+        "oneOf": [
+            _object(
+                {
+                    "method": {"const": "temperature"},
+                    "temperature": {
+                        "type": "number",
+                        "minimum": MIN_TEMPERATURE,
+                        "maximum": MAX_TEMPERATURE,
+                    },
+                },
+                ["method", "temperature"],
+            ),
+            _object(
+                {
+                    "method": {"const": "platt"},
+                    "slope": {
+                        "type": "number",
+                        "minimum": MIN_PLATT_SLOPE,
+                        "maximum": MAX_PLATT_SLOPE,
+                    },
+                    "intercept": {
+                        "type": "number",
+                        "minimum": -MAX_PLATT_INTERCEPT,
+                        "maximum": MAX_PLATT_INTERCEPT,
+                    },
+                },
+                ["method", "slope", "intercept"],
+            ),
+            _object({"method": {"const": "identity"}}, ["method"]),
+        ]
+    },
+    "ContractRegistration": _object(
+        {
+            **_SPEC_FIELDS,
+            "calibrator": _ref("Calibrator"),
+            "baseline": _object({"fit": _BASELINE_SPLIT, "eval": _BASELINE_SPLIT}, ["fit", "eval"]),
+        },
+        [*_SPEC_REQUIRED, "calibrator", "baseline"],
+    ),
+    "ContractFit": _object(
+        {
+            **_SPEC_FIELDS,
+            "method": {"type": "string", "enum": ["temperature", "platt"]},
+            "fit": _ref("LabeledSet"),
+            "eval": _ref("LabeledSet"),
+        },
+        [*_SPEC_REQUIRED, "method", "fit", "eval"],
+    ),
+    "Contract": _record(
+        _CONTRACT_FIELDS,
+        ["id", "model", "version", "content_sha256", "created_at", "calibrator", "baseline"],
+    ),
+    "ContractList": _record(
+        {
+            "contracts": {"type": "array", "items": _ref("Contract")},
+            "next_cursor": {"type": ["string", "null"]},
+        },
+        ["contracts", "next_cursor"],
+    ),
+    "Verification": _record({"valid": {"type": "boolean"}}, ["valid"]),
+    "Retirement": _object({"reason": _TEXT}, ["reason"]),
+    "PredictionBatch": _object(
+        {
+            "model": _NAME,
+            "contract_id": {"type": "string", "minLength": 1, "maxLength": 36},
+            "predictions": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": MAX_BATCH_ITEMS,
+                "items": _object(
+                    {
+                        "id": _ID,
+                        "ts": _TIMESTAMP,
+                        "cohort": {
+                            "type": ["object", "null"],
+                            "maxProperties": MAX_KEYS,
+                            "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_.-]{0,63}$"},
+                            "additionalProperties": {
+                                "type": "string",
+                                "minLength": 1,
+                                "maxLength": MAX_LENGTH,
+                            },
+                        },
+                        "logits": _LOGITS,
+                        "score": _SCORE,
+                    },
+                    ["id", "ts"],
+                ),
+            },
+        },
+        ["model", "predictions"],
+    ),
+    "PredictionsAccepted": _record(
+        {
+            "accepted": {"type": "integer"},
+            "duplicates": {"type": "integer"},
+            "contract_id": {"type": "string"},
+        },
+        ["accepted", "duplicates", "contract_id"],
+    ),
+    "LabelBatch": _object(
+        {
+            "model": _NAME,
+            "labels": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": MAX_BATCH_ITEMS,
+                "items": _object(
+                    {"id": _ID, "label": _LABEL, "ts": _TIMESTAMP}, ["id", "label", "ts"]
+                ),
+            },
+        },
+        ["model", "labels"],
+    ),
+    "LabelsApplied": _record(
+        {
+            "joined": {"type": "integer"},
+            "pending": {"type": "integer"},
+            "duplicates": {"type": "integer"},
+            "conflicts": {"type": "array"},
+            "rejected_pending": {"type": "integer"},
+            "rejected_pending_ids": {"type": "array", "items": {"type": "string"}},
+        },
+        ["joined", "pending", "duplicates", "conflicts"],
+    ),
+    "Calibration": _record(
+        {
+            "contract": {"type": "object"},
+            "window": {"type": "object"},
+            "cohort": {"type": "string"},
+            "n_predictions": {"type": "integer"},
+            "n_labeled": {"type": "integer"},
+            "label_coverage": _NULLABLE_NUMBER,
+            "metrics": {"type": "object"},
+            "bins": {"type": "array", "items": _ref("Bin")},
+            "baseline": _ref("Reading"),
+            "drift": _record(
+                {
+                    "ece_delta": _NULLABLE_NUMBER,
+                    "ece_debiased_delta": _NULLABLE_NUMBER,
+                    "nll_delta": _NULLABLE_NUMBER,
+                    "refit_temperature": _NULLABLE_NUMBER,
+                    "refit_temperature_ci": {"type": ["array", "null"], "items": _NUMBER},
+                    "confidence_psi": _NULLABLE_NUMBER,
+                    "confidence_psi_no_shift": _NULLABLE_NUMBER,
+                    "confidence_shift_p_value": _NULLABLE_NUMBER,
+                    "prevalence_shift": _NULLABLE_NUMBER,
+                    "expected_accuracy": _NULLABLE_NUMBER,
+                    "expected_accuracy_ci": {"type": ["array", "null"], "items": _NUMBER},
+                    "status": {
+                        "type": "string",
+                        "enum": ["insufficient_data", "ok", "warn", "alert"],
+                    },
+                    "reasons": {"type": "array", "items": {"type": "string"}},
+                },
+                ["status", "reasons"],
+            ),
+        },
+        [
+            "contract",
+            "window",
+            "cohort",
+            "n_predictions",
+            "n_labeled",
+            "label_coverage",
+            "metrics",
+            "bins",
+            "baseline",
+            "drift",
+        ],
+    ),
+    "Cohorts": _record({"slices": {"type": "array"}}, ["slices"]),
+    "GateRequest": _object(
+        {
+            "contract_id": {"type": "string", "minLength": 1, "maxLength": 36},
+            "policy": {"oneOf": [_GATE_POLICY, {"type": "null"}]},
+            "evaluation": _ref("LabeledSet"),
+        },
+        ["contract_id"],
+    ),
+    "GateDecision": _record(
+        {
+            "id": {"type": "string"},
+            "contract_id": {"type": "string"},
+            "decision": {"type": "string", "enum": ["pass", "fail"]},
+            "checks": {
+                "type": "array",
+                "items": _record(
+                    {
+                        "name": {"type": "string"},
+                        "passed": {"type": "boolean"},
+                        "observed": {},
+                        "threshold": {},
+                        "message": {"type": "string"},
+                    },
+                    ["name", "passed", "message"],
+                ),
+            },
+            "evidence": _record(
+                {
+                    "baseline_source": {"type": "string", "enum": ["measured", "supplied"]},
+                    "source": {"type": "object"},
+                    "ece": _NULLABLE_NUMBER,
+                    "ece_debiased": _NULLABLE_NUMBER,
+                    "ece_ci": {"type": "array", "items": _NULLABLE_NUMBER},
+                    "calibration_p_value": _NULLABLE_NUMBER,
+                    "reliability": {"type": "array"},
+                },
+                ["baseline_source", "source", "reliability"],
+            ),
+        },
+        ["id", "decision", "checks", "evidence"],
+    ),
+    "GateDecisions": _record(
+        {
+            "decisions": {"type": "array", "items": _ref("GateDecision")},
+            "next_cursor": {"type": ["string", "null"]},
+        },
+        ["decisions"],
+    ),
+    "AuditEvents": _record(
+        {"events": {"type": "array"}, "next_cursor": {"type": ["string", "null"]}},
+        ["events", "next_cursor"],
+    ),
+    "ChainVerification": _record({"valid": {"type": "boolean"}}, ["valid"]),
+    "Status": _record({"status": {"type": "string"}}, ["status"]),
+}
+
+
+def _param(
+    name: str, where: str = "query", schema: dict[str, Any] | None = None, required: bool = False
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": where,
+        "required": required or where == "path",
+        "schema": schema or {"type": "string"},
+    }
+
+
+def _op(
+    operation_id: str,
+    summary: str,
+    replies: dict[str, Any],
+    body: str | None = None,
+    params: list[dict[str, Any]] | None = None,
+    auth: bool = True,
+    errors: tuple[int, ...] = (),
+    links: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    operation: dict[str, Any] = {
+        "operationId": operation_id,
+        "summary": summary,
+        "responses": {**replies},
+    }
+    if auth:
+        operation["responses"].update(_errors(401, 403, *errors))
+    else:
+        operation["security"] = []
+        operation["responses"].update(_errors(*errors))
+    if body:
+        operation["requestBody"] = {
+            "required": True,
+            "content": {JSON: {"schema": _ref(body)}},
+        }
+        operation["responses"].update(_errors(400, 413, 415, 422))
+    if params:
+        operation["parameters"] = params
+        if any(p["in"] == "query" for p in params):
+            operation["responses"].update(_errors(422))
+        if any(p["in"] == "path" for p in params):
+            operation["responses"].update(_errors(404))
+    if links:
+        first = next(iter(replies))
+        operation["responses"][first]["links"] = links
+    return operation
+
+
+_CONTRACT_ID = _param("contract_id", "path")
+_MODEL_PATH = _param("model", "path")
+_LIMIT = _param("limit", schema={"type": "integer", "minimum": 1, "maximum": MAX_LIMIT})
+_CURSOR = _param("cursor")
+_MODEL_QUERY = _param("model", schema=_NAME)
+_WINDOW_PARAMS = [
+    _param("window", schema={"type": "string", "pattern": "^[1-9][0-9]{0,7}[smhd]$"}),
+    _param("start", schema=_TIMESTAMP),
+    _param("end", schema=_TIMESTAMP),
+    _param("cohort"),
+]
+_SVG = _reply("SVG", {"type": "string"}, "image/svg+xml")
+
+
+def _links_from_contract() -> dict[str, Any]:
+    """Links from a stored contract (reply of register and fit) to what takes its id or model."""
+    by_id = {"path.contract_id": "$response.body#/id"}
+    by_model = {"path.model": "$response.body#/model"}
+    return {
+        "GetContract": {"operationId": "getContract", "parameters": by_id},
+        "VerifyContract": {"operationId": "verifyContract", "parameters": by_id},
+        "RetireContract": {"operationId": "retireContract", "parameters": by_id},
+        "ContractDiagram": {"operationId": "contractDiagram", "parameters": by_id},
+        "ActiveContract": {"operationId": "activeContract", "parameters": by_model},
+        "Calibration": {"operationId": "calibration", "parameters": by_model},
+        "ModelDiagram": {"operationId": "modelDiagram", "parameters": by_model},
+        "Cohorts": {"operationId": "cohorts", "parameters": by_model},
+        "Gate": {"operationId": "decideGate", "requestBody": {"contract_id": "$response.body#/id"}},
+        "Predictions": {
+            "operationId": "ingestPredictions",
+            "requestBody": {"model": "$response.body#/model"},
+        },
+        "Labels": {
+            "operationId": "ingestLabels",
+            "requestBody": {"model": "$response.body#/model"},
+        },
+        "ListContracts": {
+            "operationId": "listContracts",
+            "parameters": {"query.model": "$response.body#/model"},
+        },
+    }
+
+
+PATHS: dict[str, Any] = {
+    "/v1/contracts": {
+        "post": _op(
+            "registerContract",
+            "Register a contract fitted elsewhere",
+            {"201": _reply("the stored contract", _ref("Contract"))},
+            "ContractRegistration",
+            links=_links_from_contract(),
+        ),
+        "get": _op(
+            "listContracts",
+            "List contracts, newest first",
+            {"200": _reply("a page", _ref("ContractList"))},
+            params=[_MODEL_QUERY, _param("active_at", schema=_TIMESTAMP), _LIMIT, _CURSOR],
+        ),
+    },
+    "/v1/contracts/fit": {
+        "post": _op(
+            "fitContract",
+            "Fit a calibrator on fit, measure fit and eval, store the contract",
+            {"201": _reply("the stored contract", _ref("Contract"))},
+            "ContractFit",
+            links=_links_from_contract(),
+        )
+    },
+    "/v1/contracts/{contract_id}": {
+        "get": _op(
+            "getContract",
+            "One contract",
+            {"200": _reply("the contract", _ref("Contract"))},
+            params=[_CONTRACT_ID],
+        )
+    },
+    "/v1/contracts/{contract_id}/verify": {
+        "get": _op(
+            "verifyContract",
+            "Recompute the content hash",
+            {"200": _reply("the check", _ref("Verification"))},
+            params=[_CONTRACT_ID],
+        )
+    },
+    "/v1/contracts/{contract_id}/retire": {
+        "post": _op(
+            "retireContract",
+            "Retire a contract (an audit event)",
+            {"200": _reply("the contract", _ref("Contract"))},
+            "Retirement",
+            params=[_CONTRACT_ID],
+            errors=(409,),
+        )
+    },
+    "/v1/models/{model}/contract": {
+        "get": _op(
+            "activeContract",
+            "The active contract at a time",
+            {"200": _reply("the contract", _ref("Contract"))},
+            params=[_MODEL_PATH, _param("at", schema=_TIMESTAMP)],
+        )
+    },
+    "/v1/predictions": {
+        "post": _op(
+            "ingestPredictions",
+            "Store a batch of predictions (idempotent per id)",
+            {"200": _reply("counts", _ref("PredictionsAccepted"))},
+            "PredictionBatch",
+            errors=(404, 409, 503),
+        )
+    },
+    "/v1/labels": {
+        "post": _op(
+            "ingestLabels",
+            "Join a batch of labels",
+            {"200": _reply("counts", _ref("LabelsApplied"))},
+            "LabelBatch",
+            errors=(404, 503),
+        )
+    },
+    "/v1/models/{model}/calibration": {
+        "get": _op(
+            "calibration",
+            "The reading of a window and cohort slice",
+            {"200": _reply("reading, bins, baseline, drift", _ref("Calibration"))},
+            params=[_MODEL_PATH, *_WINDOW_PARAMS],
+        )
+    },
+    "/v1/models/{model}/reliability.svg": {
+        "get": _op(
+            "modelDiagram",
+            "The reliability diagram (SVG) of a window and cohort, with bin counts",
+            {"200": _SVG},
+            params=[_MODEL_PATH, *_WINDOW_PARAMS],
+        )
+    },
+    "/v1/contracts/{contract_id}/reliability.svg": {
+        "get": _op(
+            "contractDiagram",
+            "A contract's baseline reliability diagram (SVG)",
+            {"200": _SVG},
+            params=[
+                _CONTRACT_ID,
+                _param("split", schema={"type": "string", "enum": ["fit", "eval"]}),
+                _param("which", schema={"type": "string", "enum": ["calibrated", "uncalibrated"]}),
+            ],
+        )
+    },
+    "/v1/models/{model}/cohorts": {
+        "get": _op(
+            "cohorts",
+            "Cohort slices seen",
+            {"200": _reply("slices with counts", _ref("Cohorts"))},
+            params=[_MODEL_PATH],
+        )
+    },
+    "/v1/gate": {
+        "post": _op(
+            "decideGate",
+            "Evaluate a contract against a gate policy; stored",
+            {"201": _reply("the decision with evidence", _ref("GateDecision"))},
+            "GateRequest",
+            errors=(404,),
+        )
+    },
+    "/v1/gate/decisions": {
+        "get": _op(
+            "gateDecisions",
+            "Past gate decisions",
+            {"200": _reply("a page", _ref("GateDecisions"))},
+            params=[_param("model"), _param("contract_id"), _LIMIT, _CURSOR],
+        )
+    },
+    "/v1/audit/events": {
+        "get": _op(
+            "auditEvents",
+            "The audit log, as JSON or (format=csv) as CSV with the next cursor in X-Next-Cursor",
+            {
+                "200": {
+                    "description": "a page",
+                    "content": {
+                        JSON: {"schema": _ref("AuditEvents")},
+                        "text/csv": {"schema": {"type": "string"}},
+                    },
+                }
+            },
+            params=[
+                _param("model"),
+                _param("type"),
+                _param("since", schema=_TIMESTAMP),
+                _param("until", schema=_TIMESTAMP),
+                _param("limit", schema={"type": "integer", "minimum": 1, "maximum": 1000}),
+                _CURSOR,
+                _param("format", schema={"type": "string", "enum": ["json", "csv"]}),
+            ],
+        )
+    },
+    "/v1/audit/verify": {
+        "get": _op(
+            "verifyAudit",
+            "Verify the audit hash chain (and an anchor: expected_seq with expected_sha256)",
+            {"200": _reply("result", _ref("ChainVerification"))},
+            params=[
+                _param(
+                    "expected_seq", schema={"type": "integer", "minimum": 1, "maximum": MAX_SEQ}
+                ),
+                _param("expected_sha256", schema={"type": "string", "pattern": "^[0-9a-f]{64}$"}),
+            ],
+        )
+    },
+    "/v1/openapi.json": {
+        "get": _op("openapi", "This document", {"200": _reply("OpenAPI 3.1", {"type": "object"})})
+    },
+    "/metrics": {
+        "get": _op(
+            "metrics",
+            "Prometheus exposition",
+            {"200": _reply("text format", {"type": "string"}, "text/plain")},
+            auth=False,
+        )
+    },
+    "/healthz": {
+        "get": _op("healthz", "Liveness", {"200": _reply("ok", _ref("Status"))}, auth=False)
+    },
+    "/readyz": {
+        "get": _op(
+            "readyz",
+            "Readiness: database reachable, schema at head",
+            {"200": _reply("ready", _ref("Status"))},
+            auth=False,
+            errors=(503,),
+        )
+    },
+}
+
+
+def document() -> dict[str, Any]:
+    """The whole OpenAPI document."""
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "calmon",
+            "version": "1",
+            "description": "Calibration monitoring: contracts, streams, readings, gate.",
+        },
+        "servers": [{"url": "/"}],
+        "security": [{"bearer": []}],
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": SCHEMAS,
+        },
+        "paths": PATHS,
+    }
+
+
+@bp.get("/openapi.json")
+@requires(Permission.READ)
+def openapi() -> Response:
+    """The OpenAPI description of this API."""
+    return jsonify(document())

@@ -1,0 +1,17 @@
+"""HTTP blueprints, one per resource: thin handlers that validate, call one use case, reply."""
+
+from __future__ import annotations
+
+from flask import Flask
+
+
+def register_blueprints(app: Flask) -> None:
+    """Register every blueprint, behind the check that path and query text is storable."""
+    from service.web import openapi
+    from service.web.queries import check_text_arguments
+    from service.web.routes import audit, contracts, gate, health, metrics, stream, ui
+
+    # Path and query text reaches the database on every route, and PostgreSQL refuses a NUL.
+    app.before_request(check_text_arguments)
+    for module in (health, contracts, stream, gate, audit, openapi, metrics, ui):
+        app.register_blueprint(module.bp)

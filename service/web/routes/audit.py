@@ -1,0 +1,129 @@
+"""The audit log: filtered listing (JSON or CSV) and verification of its hash chain."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from typing import Any
+
+from flask import Blueprint, Response, jsonify, request
+
+from service.audit import service as audit_service
+from service.audit import store as audit
+from service.audit.chain import Anchor
+from service.auth.tokens import Permission
+from service.common.errors import ErrorCollector, ErrorDetail, ValidationFailed
+from service.common.values import format_timestamp
+from service.web.auth import requires
+from service.web.db_session import db_session
+from service.web.queries import check_known, cursor_arg, encode_cursor, limit_arg, timestamp_arg
+
+bp = Blueprint("audit", __name__, url_prefix="/v1/audit")
+
+_CSV_COLUMNS = (
+    "seq",
+    "ts",
+    "type",
+    "actor",
+    "model",
+    "contract_id",
+    "details",
+    "prev_sha256",
+    "sha256",
+)
+#: A cell a spreadsheet could read as a formula starts with one of these (OWASP, CSV injection).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}\Z")
+
+
+def csv_cell(value: Any) -> Any:
+    """A CSV cell no spreadsheet runs: text starting with ``= + - @``, tab or CR gets a leading
+    ``'`` (OWASP's CSV-injection advice); numbers and other text are written as they are."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
+
+
+@bp.get("/events")
+@requires(Permission.READ)
+def events() -> Response:
+    """Audit events oldest first, filtered by model, type and time; paginated; JSON or CSV.
+
+    In CSV, text cells a spreadsheet could read as formulas are prefixed with ``'``.
+    """
+    check_known(("model", "type", "since", "until", "limit", "cursor", "format"))
+    output = request.args.get("format", "json")
+    if output not in ("json", "csv"):
+        raise ValidationFailed("invalid format", [ErrorDetail("format", "json or csv")])
+    limit = limit_arg(default=100, maximum=1000)
+    rows = audit.list_events(
+        db_session(),
+        model=request.args.get("model"),
+        type=request.args.get("type"),
+        since=timestamp_arg("since"),
+        until=timestamp_arg("until"),
+        after_seq=cursor_arg(),
+        limit=limit + 1,
+    )
+    page = rows[:limit]
+    next_cursor = encode_cursor(page[-1].seq) if len(rows) > limit else None
+    records = [
+        {
+            "seq": e.seq,
+            "ts": format_timestamp(e.ts),
+            "type": e.type,
+            "actor": e.actor,
+            "model": e.model,
+            "contract_id": e.contract_id,
+            "details": e.details,
+            "prev_sha256": e.prev_sha256,
+            "sha256": e.sha256,
+        }
+        for e in page
+    ]
+    if output == "csv":
+        buffer = io.StringIO()
+        writer = csv.writer(buffer)
+        writer.writerow(_CSV_COLUMNS)
+        for r in records:
+            writer.writerow(
+                [
+                    csv_cell(json.dumps(r[c], sort_keys=True) if c == "details" else r[c])
+                    for c in _CSV_COLUMNS
+                ]
+            )
+        response = Response(buffer.getvalue(), content_type="text/csv; charset=utf-8")
+        response.headers["Content-Disposition"] = 'attachment; filename="calmon-audit.csv"'
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        if next_cursor:
+            response.headers["X-Next-Cursor"] = next_cursor
+        return response
+    return jsonify({"events": records, "next_cursor": next_cursor})
+
+
+def _anchor_args() -> Anchor | None:
+    """``expected_seq`` and ``expected_sha256``, both or neither."""
+    seq_raw, sha_raw = request.args.get("expected_seq"), request.args.get("expected_sha256")
+    if seq_raw is None and sha_raw is None:
+        return None
+    errors = ErrorCollector()
+    if seq_raw is None or not seq_raw.isascii() or not seq_raw.isdigit() or len(seq_raw) > 18:
+        errors.add("expected_seq", "expected a positive integer (the anchored event's seq)")
+    elif int(seq_raw) < 1:
+        errors.add("expected_seq", "must be >= 1")
+    if sha_raw is None or not _SHA256_HEX.match(sha_raw):
+        errors.add("expected_sha256", "expected the anchored event's sha256 (64 lower-case hex)")
+    errors.raise_if_any("invalid anchor: give expected_seq and expected_sha256 together")
+    assert seq_raw is not None and sha_raw is not None
+    return Anchor(int(seq_raw), sha_raw)
+
+
+@bp.get("/verify")
+@requires(Permission.READ)
+def verify() -> Response:
+    """Walk the chain and check the retirements; report the head, and whether the anchor
+    (``expected_seq`` with ``expected_sha256``), if given, is still on the chain."""
+    check_known(("expected_seq", "expected_sha256"))
+    return jsonify(audit_service.verify_audit(db_session(), _anchor_args()))

@@ -1,0 +1,68 @@
+"""GET /metrics (open): the stored calibration gauges plus the process counters and histograms."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from flask import Blueprint, Flask, Response, g, request
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
+from sqlalchemy.exc import SQLAlchemyError
+
+from service.common.clock import utcnow
+from service.export.collector import ExpositionCollector
+from service.export.instruments import (
+    INGEST_ROUTES,
+    REQUEST_DURATION,
+    UNMATCHED,
+    method_label,
+    record_rejection,
+)
+from service.export.reading_store import readings_times, stored_exposition
+from service.web.db_session import database
+
+bp = Blueprint("metrics", __name__)
+
+
+@bp.get("/metrics")
+def metrics() -> Response:
+    """Prometheus exposition."""
+    try:
+        with database().session() as session:
+            stored = stored_exposition(session)
+            models = readings_times(session)
+        readable = True
+    except SQLAlchemyError:
+        stored, models, readable = None, {}, False
+    live = CollectorRegistry(auto_describe=False)
+    live.register(ExpositionCollector(stored[1] if stored else None, utcnow(), readable, models))
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        process = CollectorRegistry(auto_describe=False)
+        MultiProcessCollector(process)
+    else:
+        process = REGISTRY
+    body = (stored[0] if stored else b"") + generate_latest(live) + generate_latest(process)
+    return Response(body, content_type=CONTENT_TYPE_LATEST)
+
+
+def init_metrics(app: Flask) -> None:
+    """Time every request by its route template; count the items of rejected ingest requests."""
+
+    @app.before_request
+    def _start_timer() -> None:
+        g.request_started = time.perf_counter()
+
+    @app.after_request
+    def _observe(response: Response) -> Response:
+        started = g.get("request_started")
+        endpoint = request.url_rule.rule if request.url_rule is not None else UNMATCHED
+        if started is not None:
+            REQUEST_DURATION.labels(
+                endpoint, method_label(request.method), str(response.status_code)
+            ).observe(time.perf_counter() - started)
+        if response.status_code >= 400 and endpoint in INGEST_ROUTES:
+            error = (response.get_json(silent=True) or {}).get("error", {})
+            items = {d.get("item") for d in error.get("details", []) if d.get("item") is not None}
+            record_rejection(endpoint, error.get("code", "error"), len(items))
+        return response

@@ -1,0 +1,103 @@
+"""The production stream: predictions and labels in, readings and cohorts out."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from flask import Blueprint, Response, current_app, jsonify, request
+
+from service.auth.tokens import Permission
+from service.common.clock import utcnow
+from service.common.errors import ErrorDetail, ValidationFailed
+from service.config import Settings
+from service.export.instruments import (
+    LABEL_DELAY,
+    LABELS_INGESTED,
+    PREDICTIONS_INGESTED,
+    observe_many,
+)
+from service.stream import ingestion
+from service.stream import readings as monitoring
+from service.stream.cohorts import ALL, KEY_PATTERN, parse_slice_query
+from service.stream.windows import Window, WindowError
+from service.web.auth import requires
+from service.web.bodies import json_body
+from service.web.db_session import db_session
+from service.web.queries import check_known, timestamp_arg
+
+bp = Blueprint("stream", __name__, url_prefix="/v1")
+
+
+def _settings() -> Settings:
+    return current_app.config["CALMON_SETTINGS"]  # type: ignore[no-any-return]
+
+
+@bp.post("/predictions")
+@requires(Permission.INGEST)
+def predictions() -> Response:
+    """Store a batch of predictions (idempotent per id)."""
+    result = ingestion.ingest_predictions(db_session(), json_body(), _settings(), utcnow())
+    PREDICTIONS_INGESTED.labels(result.model).inc(result.accepted)
+    return jsonify(result.to_dict())
+
+
+@bp.post("/labels")
+@requires(Permission.INGEST)
+def labels() -> Response:
+    """Join a batch of labels to their predictions."""
+    result = ingestion.ingest_labels(db_session(), json_body(), _settings(), utcnow())
+    for outcome, count in (
+        ("joined", result.joined),
+        ("pending", result.pending),
+        ("duplicate", result.duplicates),
+        ("conflict", len(result.conflicts)),
+    ):
+        if count:
+            LABELS_INGESTED.labels(result.model, outcome).inc(count)
+    observe_many(LABEL_DELAY.labels(result.model), result.delays_seconds)
+    return jsonify(result.to_dict())
+
+
+def _window(now: datetime) -> Window:
+    name = request.args.get("window")
+    start, end = timestamp_arg("start", now), timestamp_arg("end", now)
+    try:
+        if start is not None or end is not None:
+            if name is not None:
+                raise WindowError("window", "give either window or start/end, not both")
+            if start is None or end is None:
+                raise WindowError("start" if start is None else "end", "start and end go together")
+            return Window.between(start, end)
+        return Window.trailing(name or "24h", now)
+    except WindowError as exc:
+        raise ValidationFailed("invalid window", [ErrorDetail(exc.field, str(exc))]) from None
+
+
+def slice_and_window(now: datetime) -> tuple[str, Window]:
+    """The ``cohort`` and ``window`` (or ``start``/``end``) query parameters, validated."""
+    check_known(("window", "start", "end", "cohort"))
+    window = _window(now)
+    try:
+        slice_ = parse_slice_query(request.args.get("cohort"))
+        if slice_ != ALL and not KEY_PATTERN.fullmatch(slice_.partition("=")[0]):
+            raise ValueError("the cohort key is 1-64 letters, digits, _ . - and nothing else")
+    except ValueError as exc:
+        raise ValidationFailed("invalid cohort", [ErrorDetail("cohort", str(exc))]) from None
+    return slice_, window
+
+
+@bp.get("/models/<model>/calibration")
+@requires(Permission.READ)
+def calibration(model: str) -> Response:
+    """The reading of a window and cohort slice, with bins, baseline and drift."""
+    now = utcnow()
+    slice_, window = slice_and_window(now)
+    return jsonify(monitoring.calibration_reading(db_session(), model, window, slice_, now))
+
+
+@bp.get("/models/<model>/cohorts")
+@requires(Permission.READ)
+def cohorts(model: str) -> Response:
+    """Slices seen for the model, with prediction and label counts."""
+    check_known(())
+    return jsonify(monitoring.cohort_slices(db_session(), model))
