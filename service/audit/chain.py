@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from service.common.hashing import canonical_json, sha256_of
 from service.common.values import format_timestamp
-from service.contracts.model import canonical_json
 
 GENESIS = "0" * 64
 KEY_ENABLED = "audit_key_enabled"
@@ -148,7 +148,7 @@ def retirement_document(
 
 
 def retirement_sha256(document: Mapping[str, Any]) -> str:
-    return hashlib.sha256(canonical_json(document)).hexdigest()
+    return sha256_of(document)
 
 
 class ChainEvent(Protocol):

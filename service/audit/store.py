@@ -23,10 +23,10 @@ from service.audit.chain import (
     AuditKey,
     AuditKeyring,
     ChainVerifier,
+    RetirementRow,
     event_digest,
 )
-from service.contracts.store import list_retirements
-from service.db.models import AuditEventRecord
+from service.db.models import AuditEventRecord, ContractRetirement
 
 log = logging.getLogger(__name__)
 
@@ -286,3 +286,9 @@ def verify_chain(session: Session, anchor: Anchor | None = None) -> dict[str, An
     for event in iter_chain(session):
         verifier.feed(event)
     return verifier.report(list_retirements(session))
+
+
+def list_retirements(session: Session) -> list[RetirementRow]:
+    """Every retirement row (there is at most one per contract)."""
+    rows = session.scalars(select(ContractRetirement).order_by(ContractRetirement.contract_id))
+    return [RetirementRow(r.contract_id, r.reason, r.retired_at, r.retired_by) for r in rows]

@@ -13,7 +13,6 @@ from service.auth.tokens import (
     Permission,
     Principal,
     Role,
-    digests_match,
     new_session_id,
     new_token,
     session_binding,
@@ -22,6 +21,7 @@ from service.auth.tokens import (
 )
 from service.common.clock import utcnow
 from service.common.errors import Conflict, NotFound
+from service.common.hashing import digests_match
 
 
 def create_token(session: Session, *, role: Role, name: str, actor: str) -> str:

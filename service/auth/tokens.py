@@ -64,11 +64,6 @@ def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
-def digests_match(a: str, b: str) -> bool:
-    """Compare two digests in constant time."""
-    return hmac.compare_digest(a.encode("ascii"), b.encode("ascii"))
-
-
 #: How long a review-page sign-in lasts, from sign-in (not extended by use).
 SESSION_LIFETIME = timedelta(hours=12)
 

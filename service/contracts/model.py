@@ -28,8 +28,6 @@ These constants are the defaults the settings may later take over.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -50,6 +48,7 @@ from service.calibration.calibrators import check_bounds
 from service.calibration.nll_comparison import NllDifference
 from service.calibration.readings import Reading
 from service.common.errors import ErrorCollector, ErrorDetail, LeakageError, UnreadableContract
+from service.common.hashing import sha256_of
 from service.common.values import (
     NAME_PATTERN,
     expect_int,
@@ -212,15 +211,9 @@ def hashed_document(
     }
 
 
-def canonical_json(document: Any) -> bytes:
-    """Sorted keys, no insignificant whitespace, UTF-8, no NaN: the bytes the hash is over."""
-    return json.dumps(
-        document, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
-
-
 def content_sha256(document: Mapping[str, Any]) -> str:
-    return hashlib.sha256(canonical_json(document)).hexdigest()
+    """The SHA-256 of a contract's hashed document (``hashed_document``)."""
+    return sha256_of(document)
 
 
 def _calibration_field(errors: ErrorCollector, field: str, exc: CalibrationInputError) -> None:

@@ -11,9 +11,9 @@ from sqlalchemy.orm import Session
 
 from service.audit import store as audit
 from service.audit.chain import retirement_document, retirement_sha256
-from service.auth.tokens import digests_match
 from service.common.clock import utcnow
 from service.common.errors import Conflict, NotFound
+from service.common.hashing import digests_match
 from service.contracts import store as contracts_store
 from service.contracts.fitting import FitRequest, fit_contract_spec
 from service.contracts.model import (

@@ -173,12 +173,6 @@ def insert_retirement(
     return RetirementRow(contract_id, reason, now, retired_by)
 
 
-def list_retirements(session: Session) -> list[RetirementRow]:
-    """Every retirement row (there is at most one per contract)."""
-    rows = session.scalars(select(ContractRetirement).order_by(ContractRetirement.contract_id))
-    return [RetirementRow(r.contract_id, r.reason, r.retired_at, r.retired_by) for r in rows]
-
-
 def latest_contract(session: Session, model: str) -> Contract | None:
     """The highest version of ``model``, retired or not."""
     row = session.execute(

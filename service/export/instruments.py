@@ -56,17 +56,6 @@ REFRESH_FAILURES = Counter(
     "Refreshes of a model's stored readings that raised (its previous readings stay served).",
     ["model"],
 )
-PENDING_LABELS_EXPIRED = Counter(
-    "calmon_pending_labels_expired",
-    "Labels deleted after waiting CALMON_PENDING_LABEL_DAYS for their prediction.",
-    ["model"],
-)
-PENDING_LABELS_REJECTED = Counter(
-    "calmon_pending_labels_rejected",
-    "Labels refused because CALMON_MAX_PENDING_LABELS labels already wait for their prediction.",
-    ["model"],
-)
-
 #: The methods ``calmon_http_request_duration_seconds`` names; any other is ``OTHER``.
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 #: The ``endpoint`` of requests no route matched (404s, and 405s, whose rule is unknown).

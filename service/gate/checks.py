@@ -15,7 +15,6 @@ Wilson intervals beside the ECE, its debiased value and interval, and the NLL be
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -36,10 +35,11 @@ from service.calibration.nll_comparison import (
     nll_difference,
 )
 from service.common.errors import ErrorCollector, ErrorDetail, ValidationFailed
+from service.common.hashing import sha256_of
 from service.common.values import NAME_PATTERN, expect_int, expect_object, expect_str
 from service.contracts.fitting import reading_of
 from service.contracts.labeled_sets import LabeledSet, parse_labeled_set
-from service.contracts.model import BaselineSource, Contract, canonical_json
+from service.contracts.model import BaselineSource, Contract
 
 #: The eval_ece check fails only on strong evidence of miscalibration: a failed gate blocks a
 #: release, and a calibrator fitted on a few hundred rows is itself slightly off (true ECE
@@ -111,11 +111,11 @@ class GateOutcome:
 
     @property
     def evidence_sha256(self) -> str:
-        return hashlib.sha256(canonical_json(self.evidence)).hexdigest()
+        return sha256_of(self.evidence)
 
     @property
     def policy_sha256(self) -> str:
-        return hashlib.sha256(canonical_json(self.policy)).hexdigest()
+        return sha256_of(self.policy)
 
 
 def parse_gate_request(body: Mapping[str, Any]) -> GateRequest:

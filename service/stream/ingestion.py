@@ -26,7 +26,6 @@ from service.common.errors import (
 from service.config import Settings
 from service.contracts import store as contracts_store
 from service.contracts.model import Contract
-from service.export.instruments import PENDING_LABELS_REJECTED
 from service.stream import prediction_store
 from service.stream.batches import PredictionBatch, parse_envelope, parse_labels, parse_predictions
 from service.stream.bucket_store import BucketDelta, BucketKey, apply_deltas
@@ -38,6 +37,7 @@ from service.stream.bucketing import (
     stored_inputs,
 )
 from service.stream.cohorts import admit_cohorts, slices_of
+from service.stream.instruments import PENDING_LABELS_REJECTED
 from service.stream.retention_store import retention_horizon
 
 MAX_BATCH_ITEMS = 100_000

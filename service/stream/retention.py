@@ -13,8 +13,8 @@ from service.audit import store as audit
 from service.common.errors import ErrorDetail, ValidationFailed
 from service.config import Settings
 from service.contracts import store as contracts_store
-from service.export.instruments import PENDING_LABELS_EXPIRED
 from service.stream import prediction_store
+from service.stream.instruments import PENDING_LABELS_EXPIRED
 from service.stream.retention_store import PruneCounts, prune_before
 from service.stream.windows import floor_to, parse_duration
 

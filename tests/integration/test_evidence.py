@@ -21,8 +21,7 @@ from service.calibration import (
 from service.calibration.binning import bin_index
 from service.db.database import Database, make_engine
 from service.db.migrate import alembic_config
-from service.stream.maintenance import rebuild_buckets
-from service.stream.maintenance import REBUILD_BUCKETS, run_pending
+from service.stream.maintenance import REBUILD_BUCKETS, rebuild_buckets, run_pending
 from tests.integration.conftest import Auth
 from tests.integration.factories import QUARTER_EDGES, fit_body
 from tests.integration.test_stream import iso, ok, post, reading
