@@ -18,24 +18,22 @@ RUN groupadd --system --gid 10001 calmon \
 
 WORKDIR /app
 
-# The package's metadata and source first, then the files it reads at run time. numpy, scipy,
+# The package's metadata and source, then install it: the migrations are installed inside the
+# package (service.migrations), where `calmon migrate` and /readyz find them. numpy, scipy,
 # psycopg[binary] and orjson come as manylinux wheels: no compiler is needed.
 COPY pyproject.toml README.md ./
 COPY service ./service
-RUN pip install . && rm -rf build calmon.egg-info
-
-# The migrations are not part of the installed package: `calmon migrate` and /readyz find them
-# through CALMON_MIGRATIONS_DIR. deploy/gunicorn.conf.py is for running gunicorn directly:
-#   gunicorn -c deploy/gunicorn.conf.py 'service:create_app()'
-COPY alembic.ini ./
 COPY migrations ./migrations
+RUN pip install . && rm -rf build calmon.egg-info service migrations
+
+# deploy/gunicorn.conf.py is for running gunicorn directly:
+#   gunicorn -c deploy/gunicorn.conf.py 'service:create_app()'
 COPY deploy/gunicorn.conf.py ./deploy/gunicorn.conf.py
 
 # ./instance holds the SQLite default database (CALMON_DATABASE_URL unset): writable by calmon.
 RUN mkdir -p /app/instance && chown calmon:calmon /app/instance
 
-ENV CALMON_MIGRATIONS_DIR=/app/migrations \
-    CALMON_BIND=0.0.0.0:8000
+ENV CALMON_BIND=0.0.0.0:8000
 
 USER 10001:10001
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -67,7 +66,9 @@ def _migrate(_args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from service.server import serve
 
-    serve(host=args.host, port=args.port, workers=args.workers, threads=args.threads)
+    serve(
+        load_settings(), host=args.host, port=args.port, workers=args.workers, threads=args.threads
+    )
     return 0
 
 
@@ -215,7 +216,7 @@ def _audit_verify(args: argparse.Namespace) -> int:
 
 
 def _token(args: argparse.Namespace) -> str:
-    token = args.token or os.environ.get("CALMON_TOKEN")
+    token = args.token or load_settings().token
     if not token:
         raise UsageError("give --token or set CALMON_TOKEN")
     return str(token)
@@ -354,10 +355,12 @@ def build_parser() -> argparse.ArgumentParser:
     migrate.set_defaults(handler=_migrate)
 
     serve = commands.add_parser("serve", help="serve the HTTP API with gunicorn")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--workers", type=int, default=2)
-    serve.add_argument("--threads", type=int, default=4, help="threads per worker (gthread)")
+    serve.add_argument("--host", help="default: the host of CALMON_BIND")
+    serve.add_argument("--port", type=int, help="default: the port of CALMON_BIND")
+    serve.add_argument("--workers", type=int, help="default: WEB_CONCURRENCY")
+    serve.add_argument(
+        "--threads", type=int, help="threads per worker (gthread); default: CALMON_THREADS"
+    )
     serve.set_defaults(handler=_serve)
 
     refresh = commands.add_parser(

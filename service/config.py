@@ -1,14 +1,22 @@
-"""Settings: defaults in code, ``CALMON_*`` environment overrides, explicit mappings for tests."""
+"""Settings: defaults in code, environment overrides, explicit mappings for tests.
+
+This module is the only one that reads the environment. Each field of ``Settings`` has one
+variable: ``CALMON_`` and the upper-cased field name, except where a field's metadata names
+another (``workers`` is gunicorn's ``WEB_CONCURRENCY``, ``metrics_dir`` prometheus-client's
+``PROMETHEUS_MULTIPROC_DIR``). docs/configuration.md lists them all.
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 DEFAULT_WINDOWS = ("1h", "24h", "7d")
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
 
 
 def default_database_url() -> str:
@@ -18,7 +26,7 @@ def default_database_url() -> str:
 
 @dataclass(frozen=True)
 class Settings:
-    """Everything the service reads from its environment, in one place.
+    """Everything calmon reads from its environment, in one place.
 
     ``refresh_seconds`` is how often stored readings behind the Prometheus gauges are recomputed,
     by a thread in each service process (one at a time, by lease) unless ``refresh_in_service``
@@ -31,7 +39,12 @@ class Settings:
     refresher or ``calmon prune`` deletes it;
     ``audit_key``, when set, makes the audit chain HMAC-SHA256 under that key (comma-separated
     keys: the first signs new events, the others still verify older segments; see
-    ``service.audit.chain``).
+    ``service.audit.chain``);
+    ``bind``, ``workers`` and ``threads`` are what ``calmon serve`` and
+    ``deploy/gunicorn.conf.py`` listen on and run when not told otherwise;
+    ``metrics_dir`` is the directory the gunicorn workers share their metric files in (a fresh
+    temporary one when unset);
+    ``token`` is the bearer token ``calmon gate``, ``fit`` and ``demo`` send without ``--token``.
     """
 
     database_url: str = field(default_factory=default_database_url)
@@ -46,16 +59,43 @@ class Settings:
     pending_label_days: int = 30
     log_level: str = "INFO"
     audit_key: str | None = None
+    bind: str = f"{DEFAULT_HOST}:{DEFAULT_PORT}"
+    workers: int = field(default=2, metadata={"env": "WEB_CONCURRENCY"})
+    threads: int = 4
+    metrics_dir: str | None = field(default=None, metadata={"env": "PROMETHEUS_MULTIPROC_DIR"})
+    token: str | None = None
 
 
-_ENV_PREFIX = "CALMON_"
 _POSITIVE_INTS = (
     "max_body_bytes",
     "max_cohort_values",
     "max_cohort_keys",
     "max_pending_labels",
     "pending_label_days",
+    "workers",
+    "threads",
 )
+_OPTIONAL_TEXT = ("admin_token", "audit_key", "metrics_dir", "token")
+
+
+def env_name(setting: Field[Any]) -> str:
+    """The environment variable of one ``Settings`` field."""
+    return str(setting.metadata.get("env", f"CALMON_{setting.name.upper()}"))
+
+
+def environment_names() -> frozenset[str]:
+    """Every environment variable calmon reads."""
+    return frozenset(env_name(f) for f in fields(Settings))
+
+
+def _positive_int(raw: Any) -> int:
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        raise ValueError(f"expected a positive integer, got {raw!r}") from None
+    if value < 1:
+        raise ValueError(f"expected a positive integer, got {raw!r}")
+    return value
 
 
 def _coerce(name: str, raw: Any) -> Any:
@@ -72,10 +112,15 @@ def _coerce(name: str, raw: Any) -> Any:
             return False
         raise ValueError(f"expected true or false, got {raw!r}")
     if name in _POSITIVE_INTS:
-        return int(raw)
+        return _positive_int(raw.strip() if isinstance(raw, str) else raw)
     if name == "refresh_seconds":
-        return float(raw)
-    if name in ("admin_token", "audit_key"):
+        value = float(raw)
+        if not value > 0:
+            raise ValueError(f"must be positive, got {raw!r}")
+        return value
+    if name == "bind":
+        return str(raw).strip() or Settings.bind
+    if name in _OPTIONAL_TEXT:
         return raw or None
     return raw
 
@@ -85,27 +130,24 @@ def load_settings(
 ) -> Settings:
     """Build settings from ``environ`` (default ``os.environ``), then apply ``overrides``.
 
-    Environment names are the upper-cased field names with the ``CALMON_`` prefix
-    (``CALMON_DATABASE_URL``, ``CALMON_WINDOWS=1h,24h,7d``...). Override keys are field names.
-    Raises ``ValueError`` naming the variable when a value cannot be parsed.
+    Override keys are field names. Raises ``ValueError`` naming the variable (or the override)
+    when a value cannot be parsed or is out of range.
     """
     env = os.environ if environ is None else environ
+    by_name = {f.name: f for f in fields(Settings)}
     values: dict[str, Any] = {}
-    for f in fields(Settings):
-        key = _ENV_PREFIX + f.name.upper()
+    for name, setting in by_name.items():
+        key = env_name(setting)
         if key in env:
             try:
-                values[f.name] = _coerce(f.name, env[key])
+                values[name] = _coerce(name, env[key])
             except ValueError as exc:
                 raise ValueError(f"{key}: {exc}") from exc
     for name, raw in (overrides or {}).items():
-        if name not in {f.name for f in fields(Settings)}:
+        if name not in by_name:
             raise ValueError(f"unknown setting {name!r}")
-        values[name] = _coerce(name, raw)
-    settings = Settings(**values)
-    for name in _POSITIVE_INTS:
-        if getattr(settings, name) <= 0:
-            raise ValueError(f"{_ENV_PREFIX}{name.upper()} must be positive")
-    if settings.refresh_seconds <= 0:
-        raise ValueError("CALMON_REFRESH_SECONDS must be positive")
-    return settings
+        try:
+            values[name] = _coerce(name, raw)
+        except ValueError as exc:
+            raise ValueError(f"{env_name(by_name[name])}: {exc}") from exc
+    return Settings(**values)

@@ -2,7 +2,8 @@
 
 The settings and hooks live here once and serve both ways of starting calmon: ``calmon serve``
 (:func:`serve`) and plain ``gunicorn -c deploy/gunicorn.conf.py 'service:create_app()'``, whose
-config file applies :func:`gunicorn_settings`.
+config file applies :func:`gunicorn_settings_from_env`. Both take their defaults from
+``Settings`` (``bind``, ``workers``, ``threads``).
 """
 
 from __future__ import annotations
@@ -11,20 +12,17 @@ import os
 import shutil
 import tempfile
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
 
+from service.config import Settings, load_settings
+
 GRACEFUL_TIMEOUT_SECONDS = 30
 # A worker silent for this long is killed and replaced (large ingest batches take seconds).
 WORKER_TIMEOUT_SECONDS = 120
-
-# The defaults of `calmon serve` and of deploy/gunicorn.conf.py.
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8000
-DEFAULT_WORKERS = 2
-DEFAULT_THREADS = 4
 
 
 class CalmonServer(BaseApplication):  # type: ignore[misc]
@@ -44,13 +42,14 @@ class CalmonServer(BaseApplication):  # type: ignore[misc]
         return create_app()
 
 
-def prepare_multiprocess_metrics() -> Path:
+def prepare_multiprocess_metrics(settings: Settings | None = None) -> Path:
     """Point prometheus-client at a fresh, empty directory shared by this server's workers.
 
-    Must run before any worker imports ``prometheus_client``; ``PROMETHEUS_MULTIPROC_DIR`` may be
-    set by the operator (it is then wiped), otherwise a temporary directory is made.
+    Must run before any worker imports ``prometheus_client``. The operator's
+    ``PROMETHEUS_MULTIPROC_DIR`` (``Settings.metrics_dir``) is wiped and reused; otherwise a
+    temporary directory is made. The directory is exported for the workers.
     """
-    configured = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    configured = (settings or load_settings()).metrics_dir
     path = Path(configured) if configured else Path(tempfile.mkdtemp(prefix="calmon-metrics-"))
     if path.exists():
         shutil.rmtree(path)
@@ -91,43 +90,49 @@ def gunicorn_settings(*, bind: str, workers: int, threads: int) -> dict[str, Any
     }
 
 
-def _positive_int(environ: Mapping[str, str], name: str, default: int) -> int:
-    raw = environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"{name}: expected a positive integer, got {raw!r}") from None
-    if value < 1:
-        raise ValueError(f"{name}: expected a positive integer, got {raw!r}")
-    return value
+def gunicorn_settings_of(settings: Settings) -> dict[str, Any]:
+    """:func:`gunicorn_settings` with ``settings``' bind, workers and threads."""
+    return gunicorn_settings(bind=settings.bind, workers=settings.workers, threads=settings.threads)
 
 
 def gunicorn_settings_from_env(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Return :func:`gunicorn_settings` with ``CALMON_BIND``, ``WEB_CONCURRENCY`` (workers) and
-    ``CALMON_THREADS`` from ``environ`` (default ``os.environ``), each defaulting to what
-    ``calmon serve`` does without options (``127.0.0.1:8000``, 2 workers, 4 threads).
+    """:func:`gunicorn_settings_of` the settings of ``environ`` (default ``os.environ``):
+    ``CALMON_BIND``, ``WEB_CONCURRENCY`` (workers) and ``CALMON_THREADS``, each defaulting to
+    what ``calmon serve`` does without options.
 
     Raises ``ValueError`` naming the variable when a number does not parse or is below 1.
     """
-    env = os.environ if environ is None else environ
-    return gunicorn_settings(
-        bind=env.get("CALMON_BIND", "").strip() or f"{DEFAULT_HOST}:{DEFAULT_PORT}",
-        workers=_positive_int(env, "WEB_CONCURRENCY", DEFAULT_WORKERS),
-        threads=_positive_int(env, "CALMON_THREADS", DEFAULT_THREADS),
-    )
+    return gunicorn_settings_of(load_settings(environ=environ))
 
 
 def serve(
+    settings: Settings,
     *,
-    host: str = DEFAULT_HOST,
-    port: int = DEFAULT_PORT,
-    workers: int = DEFAULT_WORKERS,
-    threads: int = DEFAULT_THREADS,
+    host: str | None = None,
+    port: int | None = None,
+    workers: int | None = None,
+    threads: int | None = None,
 ) -> None:
-    """Serve on ``host:port`` with ``workers`` processes; SIGTERM drains in-flight requests.
+    """Serve with ``settings``' bind, workers and threads, each overridden when given.
 
-    Counters and histograms add up across workers through prometheus-client's multiprocess mode.
+    SIGTERM drains in-flight requests; counters and histograms add up across workers through
+    prometheus-client's multiprocess mode.
     """
-    CalmonServer(gunicorn_settings(bind=f"{host}:{port}", workers=workers, threads=threads)).run()
+    CalmonServer(gunicorn_settings_of(serve_settings(settings, host, port, workers, threads))).run()
+
+
+def serve_settings(
+    settings: Settings,
+    host: str | None = None,
+    port: int | None = None,
+    workers: int | None = None,
+    threads: int | None = None,
+) -> Settings:
+    """``settings`` with the ``calmon serve`` options that were given."""
+    default_host, _, default_port = settings.bind.rpartition(":")
+    return replace(
+        settings,
+        bind=f"{host or default_host}:{port or default_port}",
+        workers=workers or settings.workers,
+        threads=threads or settings.threads,
+    )

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
+from importlib import resources
 
 from alembic import command
 from alembic.config import Config
@@ -13,14 +12,20 @@ from sqlalchemy import Engine
 
 from service.db.partitions import is_partition_table
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+#: The repository's top-level ``migrations/``, installed as this package (pyproject.toml maps it).
+MIGRATIONS_PACKAGE = "service.migrations"
+
+
+def script_location() -> str:
+    """The directory of the Alembic environment and its versions, wherever calmon is installed
+    (a wheel, an editable install of a checkout, the image)."""
+    return str(resources.files(MIGRATIONS_PACKAGE))
 
 
 def alembic_config(database_url: str | None = None) -> Config:
-    """Alembic config for ``migrations/`` (or ``CALMON_MIGRATIONS_DIR``) targeting the URL."""
-    location = os.environ.get("CALMON_MIGRATIONS_DIR", str(REPO_ROOT / "migrations"))
+    """Alembic config for the installed migrations, targeting ``database_url``."""
     config = Config()
-    config.set_main_option("script_location", location)
+    config.set_main_option("script_location", script_location())
     if database_url:
         config.attributes["database_url"] = database_url
     return config

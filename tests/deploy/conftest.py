@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Iterator
-from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -18,18 +17,17 @@ from flask import Flask
 
 from service import create_app
 from service.cli import build_parser
-from service.config import Settings
+from service.config import environment_names
 from service.db.database import Database
 from service.db.migrate import upgrade_to_head
 from tests.deploy import ROOT
 
-#: Every environment variable ``service/config.py`` reads (``CALMON_`` + field name).
-SETTINGS_ENV = frozenset(f"CALMON_{f.name.upper()}" for f in fields(Settings))
+#: Every environment variable ``service/config.py`` reads.
+SETTINGS_ENV = environment_names()
 
 
 def variables_read_by_the_code() -> frozenset[str]:
-    """``CALMON_*`` names that occur as string literals in the service package (outside
-    ``Settings``: ``CALMON_MIGRATIONS_DIR``, ``CALMON_BIND``...)."""
+    """``CALMON_*`` names that occur as string literals in the service package."""
     names: set[str] = set()
     for path in (ROOT / "service").rglob("*.py"):
         names.update(re.findall(r"[\"'](CALMON_[A-Z0-9_]+)[\"']", path.read_text()))

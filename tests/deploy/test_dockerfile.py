@@ -123,17 +123,21 @@ def copies(instructions: tuple[dockerfile.Command, ...]) -> list[tuple[list[str]
     return out
 
 
-def test_migrations_are_where_calmon_migrations_dir_points(
+def test_the_migrations_are_installed_with_the_package(
     instructions: tuple[dockerfile.Command, ...],
 ) -> None:
-    # The installed package does not contain migrations/ (service/storage/migrate.py looks next
-    # to the source tree unless CALMON_MIGRATIONS_DIR says otherwise).
-    destinations = {
-        destination.rstrip("/")
-        for sources, destination in copies(instructions)
-        if sources == ["migrations"]
-    }
-    assert destinations == {env_vars(instructions)["CALMON_MIGRATIONS_DIR"]}
+    # pyproject.toml installs migrations/ as service.migrations, so the image needs them in the
+    # build before `pip install .`, and no source tree left in WORKDIR to shadow the installed
+    # package (whose copy is the one carrying the migrations).
+    installs = [
+        n for n, i in enumerate(instructions) if i.cmd == "RUN" and "pip install ." in i.value[0]
+    ]
+    assert len(installs) == 1
+    copied = {s for i in instructions[: installs[0]] if i.cmd == "COPY" for s in i.value[:-1]}
+    assert "migrations" in copied
+    run = instructions[installs[0]].value[0]
+    assert "rm -rf" in run and {"service", "migrations"} <= set(run.split("rm -rf", 1)[1].split())
+    assert not any(name.startswith("CALMON_MIGRATIONS") for name in env_vars(instructions))
 
 
 def test_the_package_metadata_is_copied_before_pip_install(
@@ -149,7 +153,7 @@ def test_the_package_metadata_is_copied_before_pip_install(
     before = {
         source for i in instructions[: installs[0]] if i.cmd == "COPY" for source in i.value[:-1]
     }
-    assert {"pyproject.toml", readme.group(1), "service"} <= before
+    assert {"pyproject.toml", readme.group(1), "service", "migrations"} <= before
 
 
 def dockerignore_patterns() -> list[tuple[bool, str]]:

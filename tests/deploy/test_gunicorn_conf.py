@@ -24,6 +24,7 @@ import pytest
 from gunicorn.app.base import Application
 
 from service import server
+from service.config import load_settings
 from service.db.migrate import upgrade_to_head
 from tests.deploy import DEPLOY, ROOT
 from tests.deploy.conftest import parse_calmon
@@ -65,11 +66,10 @@ def config_file_settings(monkeypatch: pytest.MonkeyPatch, **environ: str) -> dic
 def test_defaults_are_those_of_calmon_serve(monkeypatch: pytest.MonkeyPatch) -> None:
     # What `calmon serve` without options hands gunicorn, through the CLI's own defaults.
     args = parse_calmon(["calmon", "serve"])
-    serve_app = server.CalmonServer(
-        server.gunicorn_settings(
-            bind=f"{args.host}:{args.port}", workers=args.workers, threads=args.threads
-        )
+    settings = server.serve_settings(
+        load_settings(environ={}), args.host, args.port, args.workers, args.threads
     )
+    serve_app = server.CalmonServer(server.gunicorn_settings_of(settings))
     expected = loaded(serve_app.cfg, server.gunicorn_settings(bind="x", workers=1, threads=1))
     assert config_file_settings(monkeypatch) == expected
     assert expected["worker_class"] == "gthread"

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import time
 
-from flask import Blueprint, Flask, Response, g, request
+from flask import Blueprint, Flask, Response, current_app, g, request
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 from sqlalchemy.exc import SQLAlchemyError
@@ -37,7 +36,7 @@ def metrics() -> Response:
         stored, models, readable = None, {}, False
     live = CollectorRegistry(auto_describe=False)
     live.register(ExpositionCollector(stored[1] if stored else None, utcnow(), readable, models))
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    if current_app.config["CALMON_SETTINGS"].metrics_dir:
         process = CollectorRegistry(auto_describe=False)
         MultiProcessCollector(process)
     else:

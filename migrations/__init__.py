@@ -1,0 +1,1 @@
+"""calmon's Alembic environment and revisions, installed as ``service.migrations``."""
