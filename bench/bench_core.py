@@ -3,7 +3,7 @@
     python bench/bench_core.py [--rows N] [--classes K] [--repeats R]
 
 Prints a markdown table of best and median wall time over R runs and the ratio of each best
-time to the plain pass (a). DESIGN.md's target: the metric kernel (b) within 1.5x of (a).
+time to the plain pass (a). Target: the metric kernel (b) within 1.5x of (a).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 
 Fills ``stored_readings`` of a fresh PostgreSQL database (next to ``CALMON_BENCH_DATABASE_URL``)
 for one model, starts ``calmon serve`` with 2 workers and the refresher off, and times scrapes
-over HTTP. DESIGN.md's target: p95 <= 100 ms.
+over HTTP. Target: p95 <= 100 ms.
 """
 
 from __future__ import annotations

@@ -13,9 +13,9 @@ Starts ``calmon serve`` (2 gunicorn workers) on a fresh PostgreSQL database next
 3. reading: GET /v1/models/{model}/calibration over a window holding every labeled prediction;
 4. ceilings measured in the same run with psycopg: binary COPY into a staging table +
    INSERT ... ON CONFLICT DO NOTHING (ingest; both into calmon's key table + payload table and
-   into one table keyed by (model, id), DESIGN.md's ceiling), and the label join's SQL alone.
+   into one table keyed by (model, id), the reference ceiling), and the label join's SQL alone.
 
-Prints a markdown table with rates, ratios to the ceilings and DESIGN.md's targets.
+Prints a markdown table with rates, ratios to the ceilings and the targets.
 """
 
 from __future__ import annotations
@@ -182,7 +182,7 @@ def synthetic_fit_body(model: str, n: int = 2000, seed: int = 1) -> bytes:
 def ingest_ceiling(url: str, rows: int, *, keyed: bool) -> float:
     """Rows/s of binary COPY into a staging table + INSERT ... ON CONFLICT DO NOTHING.
 
-    ``keyed`` False: into one table with the (model, id) primary key (DESIGN.md's ceiling).
+    ``keyed`` False: into one table with the (model, id) primary key (the reference ceiling).
     ``keyed`` True: calmon's own write path: the idempotency key into a copy of
     ``prediction_keys``, the payload of the new keys into a copy of ``predictions``.
     """
