@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from flask import Flask
@@ -152,3 +153,15 @@ class Auth:
 @pytest.fixture
 def auth(db: Database) -> Auth:
     return Auth(db)
+
+
+def assert_envelope(response: Any, status: int, code: str | None = None) -> dict[str, Any]:
+    """Assert an error reply is the envelope with ``status`` (and ``code``); return its error."""
+    assert response.status_code == status, response.get_data(as_text=True)
+    body = response.get_json()
+    assert set(body) == {"error"}
+    assert {"code", "message", "details"} <= set(body["error"])
+    assert "Traceback" not in response.get_data(as_text=True)
+    if code is not None:
+        assert body["error"]["code"] == code
+    return body["error"]

@@ -1,5 +1,5 @@
 """The ``gate`` role: read and ask the gate, no more (every route against every role is in
-test_hardening.py's explicit table)."""
+test_openapi_document.py's explicit table)."""
 
 from __future__ import annotations
 

@@ -1,94 +1,21 @@
-"""Hardening: the OpenAPI document, roles on every route, hostile input, request logs."""
+"""Hostile input: fuzzed batches and bodies, hostile query strings and values, extreme contracts,
+the largest batch."""
 
 from __future__ import annotations
 
 import json
-import logging
-import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from flask import Flask
 from flask.testing import FlaskClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.web.openapi import document
 from service.web.queries import encode_cursor
-from tests.integration.conftest import ADMIN_TOKEN, Auth
+from tests.integration.conftest import Auth
 from tests.integration.factories import fit_body, registration_body
 from tests.integration.test_stream import minutes_ago, reading
-
-#: Who may call what: the contract of DESIGN.md §3, written out so a change must be deliberate.
-ROLE_TABLE: dict[tuple[str, str], set[str]] = {
-    ("POST", "/v1/contracts"): {"admin"},
-    ("POST", "/v1/contracts/fit"): {"admin"},
-    ("GET", "/v1/contracts"): {"reader", "gate", "admin"},
-    ("GET", "/v1/contracts/{contract_id}"): {"reader", "gate", "admin"},
-    ("GET", "/v1/contracts/{contract_id}/verify"): {"reader", "gate", "admin"},
-    ("POST", "/v1/contracts/{contract_id}/retire"): {"admin"},
-    ("GET", "/v1/models/{model}/contract"): {"reader", "gate", "admin"},
-    ("POST", "/v1/predictions"): {"ingest", "admin"},
-    ("POST", "/v1/labels"): {"ingest", "admin"},
-    ("GET", "/v1/models/{model}/calibration"): {"reader", "gate", "admin"},
-    ("GET", "/v1/models/{model}/cohorts"): {"reader", "gate", "admin"},
-    ("POST", "/v1/gate"): {"gate", "admin"},
-    ("GET", "/v1/gate/decisions"): {"reader", "gate", "admin"},
-    ("GET", "/v1/audit/events"): {"reader", "gate", "admin"},
-    ("GET", "/v1/audit/verify"): {"reader", "gate", "admin"},
-    ("GET", "/v1/openapi.json"): {"reader", "gate", "admin"},
-    ("GET", "/v1/models/{model}/reliability.svg"): {"reader", "gate", "admin"},
-    ("GET", "/v1/contracts/{contract_id}/reliability.svg"): {"reader", "gate", "admin"},
-}
-
-
-def app_routes(app: Flask) -> set[tuple[str, str]]:
-    out = set()
-    for rule in app.url_map.iter_rules():
-        if rule.endpoint == "static":
-            continue
-        path = re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", rule.rule)
-        for method in rule.methods - {"HEAD", "OPTIONS"}:
-            out.add((method, path))
-    return out
-
-
-def test_the_openapi_document_describes_every_route(
-    app: Flask, client: FlaskClient, auth: Auth
-) -> None:
-    served = client.get("/v1/openapi.json", headers=auth.headers("reader")).get_json()
-    assert served == json.loads(json.dumps(document()))
-    documented = {(m.upper(), p) for p, ops in served["paths"].items() for m in ops}
-    api = {route for route in app_routes(app) if not route[1].startswith("/ui")}
-    assert documented == api
-    refs = re.findall(r'"#/components/schemas/(\w+)"', json.dumps(served))
-    assert set(refs) <= set(served["components"]["schemas"])
-    for path, ops in served["paths"].items():
-        for method, op in ops.items():
-            assert op["responses"], (method, path)
-            if op.get("security") != []:
-                assert {"401", "403"} <= set(op["responses"]), (method, path)
-
-
-def test_every_v1_route_enforces_its_roles(app: Flask, client: FlaskClient, auth: Auth) -> None:
-    v1 = {route for route in app_routes(app) if route[1].startswith("/v1/")}
-    assert v1 == set(ROLE_TABLE)
-    for (method, path), allowed in ROLE_TABLE.items():
-        url = path.replace("{contract_id}", "nope").replace("{model}", "nobody")
-        for role in ("reader", "ingest", "gate", "admin"):
-            response = client.open(
-                url,
-                method=method,
-                json={} if method == "POST" else None,
-                headers=auth.headers(role),
-            )
-            if role in allowed:
-                assert response.status_code != 403, (method, path, role)
-            else:
-                assert response.status_code == 403, (method, path, role, response.status_code)
-                assert response.get_json()["error"]["code"] == "forbidden"
-
 
 json_values = st.recursive(
     st.none()
@@ -101,6 +28,8 @@ json_values = st.recursive(
     ),
     max_leaves=20,
 )
+
+
 prediction_items = st.fixed_dictionaries(
     {
         "id": st.one_of(st.text(max_size=10), st.integers()),
@@ -377,39 +306,3 @@ def test_a_100000_item_batch(client: FlaskClient, auth: Auth) -> None:
     )
     assert too_many.status_code == 422
     assert too_many.get_json()["error"]["details"][0]["field"] == "predictions"
-
-
-def test_requests_are_logged_with_ids_and_never_with_tokens(
-    client: FlaskClient, auth: Auth
-) -> None:
-    records: list[logging.LogRecord] = []
-
-    class Capture(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            records.append(record)
-
-    handler = Capture()
-    logger = logging.getLogger("service")
-    logger.addHandler(handler)
-    try:
-        token = auth.token("reader")
-        response = client.get(
-            "/v1/contracts", headers={**auth.headers("reader"), "X-Request-ID": "trace-42"}
-        )
-        assert response.headers["X-Request-ID"] == "trace-42"
-        generated = client.get("/healthz").headers["X-Request-ID"]
-        assert re.fullmatch(r"[0-9a-f]{32}", generated)
-        client.get("/v1/contracts", headers={"Authorization": "Bearer calmon_wrong-secret"})
-    finally:
-        logger.removeHandler(handler)
-    lines = [handler.format(r) + json.dumps(r.__dict__, default=str) for r in records]
-    entry = next(r for r in records if getattr(r, "request_id", None) == "trace-42")
-    assert (entry.method, entry.route, entry.status, entry.principal) == (  # type: ignore[attr-defined]
-        "GET",
-        "/v1/contracts",
-        200,
-        "test-reader",
-    )
-    for line in lines:
-        assert token not in line and ADMIN_TOKEN not in line
-        assert "calmon_wrong-secret" not in line

@@ -1,0 +1,114 @@
+"""Value checks shared by every request: text, names, numbers, integers, timestamps."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from service.calibration import CalibrationInputError
+from service.calibration._checks import finite_number, float_array
+from service.common.errors import ErrorCollector
+from service.common.values import (
+    NAME_PATTERN,
+    expect_int,
+    expect_number,
+    expect_str,
+    expect_timestamp,
+    text_problem,
+)
+
+NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
+
+
+def fields_of(errors: ErrorCollector) -> list[tuple[str, str]]:
+    return [(d.field, d.message) for d in errors.details]
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("plain", None),
+        ("ünïcødé 😀", None),
+        ("a\nb", None),
+        ("a\x00b", "contains a NUL character"),
+        ("a\ud800b", "contains a lone surrogate: not valid Unicode"),
+        ("\udfff", "contains a lone surrogate: not valid Unicode"),
+    ],
+)
+def test_text_problem(text: str, problem: str | None) -> None:
+    assert text_problem(text) == problem
+
+
+@pytest.mark.parametrize(
+    ("value", "valid"),
+    [
+        ("glyphs", True),
+        ("glyphs\n", False),
+        ("glyphs\nx", False),
+        ("a" * 200, True),
+        ("a" * 201, False),
+    ],
+)
+def test_names_match_whole(value: str, valid: bool) -> None:
+    errors = ErrorCollector()
+    assert (
+        expect_str(value, "model", errors, max_length=300, pattern=NAME_PATTERN) is not None
+    ) == valid
+    assert bool(errors) != valid
+
+
+def test_strings_refuse_invalid_text_naming_the_field() -> None:
+    errors = ErrorCollector()
+    assert expect_str("a\ud800", "population", errors) is None
+    assert expect_str("a\x00", "reason", errors, item=3) is None
+    assert fields_of(errors) == [
+        ("population", "contains a lone surrogate: not valid Unicode"),
+        ("reason", "contains a NUL character"),
+    ]
+    assert errors.details[1].item == 3
+
+
+@pytest.mark.parametrize("value", [10**400, -(10**400), float("inf"), float("nan")])
+def test_numbers_beyond_float64_are_not_finite(value: Any) -> None:
+    errors = ErrorCollector()
+    assert expect_number(value, "policy.max_ece", errors, minimum=0, maximum=1) is None
+    assert fields_of(errors) == [("policy.max_ece", "must be finite")]
+    with pytest.raises(CalibrationInputError, match="finite"):
+        finite_number(value, "calibrator.temperature")
+
+
+def test_huge_integers_are_refused_without_overflow() -> None:
+    with pytest.raises(CalibrationInputError):
+        float_array([10**400, 1.0], "logits", 1)
+    errors = ErrorCollector()
+    assert expect_int(2**53 - 1, "n", errors, minimum=0) == 2**53 - 1
+    assert expect_int(2**53, "n", errors, minimum=0) is None
+    assert expect_int(-(10**400), "n", errors) is None
+    assert [field for field, _ in fields_of(errors)] == ["n", "n"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("2026-11-30T11:00:00Z", None),
+        ("2000-01-01T00:00:00Z", None),
+        ("2026-12-01T11:59:59Z", None),
+        ("1999-12-31T23:59:59Z", "must not be before 2000-01-01T00:00:00.000000Z"),
+        ("0001-01-01T00:00:00Z", "must not be before 2000-01-01T00:00:00.000000Z"),
+        ("0001-01-01T00:00:00+01:00", "expected an RFC 3339 timestamp"),
+        ("2026-12-01T12:00:01Z", "must not be more than 1 day after"),
+        ("9999-12-31T23:59:59Z", "must not be more than 1 day after"),
+        ("9999-12-31T23:59:59-01:00", "expected an RFC 3339 timestamp"),
+        ("2026-11-30T11:00:00Z\n", "expected an RFC 3339 timestamp"),
+        ("\uff12\uff10\uff12\uff16-11-30T11:00:00Z", "expected an RFC 3339 timestamp"),
+    ],
+)
+def test_timestamps_lie_in_the_range_around_receipt(text: str, message: str | None) -> None:
+    errors = ErrorCollector()
+    parsed = expect_timestamp(text, "data_window.start", errors, now=NOW)
+    assert (parsed is None) == (message is not None)
+    if message is not None:
+        ((field, got),) = fields_of(errors)
+        assert field == "data_window.start" and got.startswith(message)
