@@ -47,9 +47,10 @@ from service.calibration.readings import reading_from_stats
 from service.calibration.simulation import SCENARIOS
 from service.calibration.stats import CalibrationStats, binary_stats, multiclass_stats
 from service.common.errors import ErrorCollector, ValidationFailed
-from service.contracts.fitting import FitRequest, fit_contract_spec
+from service.contracts.fitting import fit_contract_spec
 from service.contracts.labeled_sets import LabeledSet
-from service.contracts.model import Contract, parse_spec_fields
+from service.contracts.model import Contract
+from service.contracts.requests import FitRequest, parse_spec_fields
 from service.gate.checks import GateRequest, evaluate_gate, parse_gate_request
 
 SEED = 20260301

@@ -249,14 +249,16 @@ def _fit(args: argparse.Namespace) -> int:
     (``/v1/contracts``): a supplied baseline."""
     from service.common.errors import ErrorCollector
     from service.contracts.datafiles import read_labeled_set
-    from service.contracts.model import parse_spec_fields
+    from service.contracts.model import method_problem
+    from service.contracts.requests import parse_spec_fields
     from service.remote import call, error_text
 
     spec = _read_json(args.spec, "contract spec")
     errors = ErrorCollector()
     fields = parse_spec_fields(spec, errors)
-    if args.method == "platt" and fields["task"] == "multiclass":
-        errors.add("method", "platt scaling is for binary contracts only")
+    problem = method_problem(args.method, fields["task"])
+    if problem is not None:
+        errors.add("method", problem)
     if errors:
         raise UsageError(
             "the contract spec is invalid: "
@@ -309,29 +311,10 @@ def _fit(args: argparse.Namespace) -> int:
 
 def _locally_fitted(fields: dict[str, Any], method: str, sets: dict[str, Any]) -> dict[str, Any]:
     """A ``POST /v1/contracts`` body: the contract fitted and measured on this machine."""
-    from service.contracts.fitting import FitRequest, fit_contract_spec
+    from service.contracts.fitting import fit_contract_spec
+    from service.contracts.requests import FitRequest
 
-    contract = fit_contract_spec(FitRequest(fields, method, sets["fit"], sets["eval"]))
-    body = {
-        key: getattr(contract, key)
-        for key in (
-            "model",
-            "checkpoint",
-            "task",
-            "classes",
-            "calibrator",
-            "objective",
-            "population",
-            "outcome",
-            "data_window",
-            "split",
-            "bin_edges",
-            "baseline",
-            "policy",
-        )
-    }
-    body["classes"], body["bin_edges"] = list(body["classes"]), list(body["bin_edges"])
-    return body
+    return fit_contract_spec(FitRequest(fields, method, sets["fit"], sets["eval"])).to_dict()
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import replace
 
 import numpy as np
 
 from service.calibration import (
     CalibrationInputError,
     Calibrator,
+    DriftPolicy,
     IdentityCalibrator,
     PlattCalibrator,
     Reading,
@@ -23,47 +22,10 @@ from service.calibration import (
 )
 from service.calibration.calibrators import check_bounds
 from service.calibration.nll_comparison import nll_difference
-from service.common.errors import ErrorCollector, ErrorDetail, ValidationFailed
-from service.common.values import expect_object, expect_str
-from service.contracts.labeled_sets import LabeledSet, parse_labeled_set
-from service.contracts.model import SPEC_FIELDS, ContractSpec, check_disjoint, parse_spec_fields
-
-METHODS = ("temperature", "platt")
-
-
-@dataclass(frozen=True)
-class FitRequest:
-    """A validated ``POST /v1/contracts/fit`` body."""
-
-    fields: dict[str, Any]
-    method: str
-    fit: LabeledSet
-    eval: LabeledSet
-
-
-def parse_fit_request(body: Mapping[str, Any]) -> FitRequest:
-    """Validate the body, listing every problem in one ``ValidationFailed``."""
-    errors = ErrorCollector()
-    expect_object(body, "", errors, required=("method", "fit", "eval"), optional=SPEC_FIELDS)
-    fields = parse_spec_fields(body, errors)
-    method = (
-        expect_str(body.get("method"), "method", errors, choices=METHODS)
-        if "method" in body
-        else None
-    )
-    task, classes = fields["task"], fields["classes"]
-    if method == "platt" and task == "multiclass":
-        errors.add("method", "platt scaling is for binary contracts only; use temperature")
-    sets: dict[str, LabeledSet | None] = {}
-    for name in ("fit", "eval"):
-        sets[name] = (
-            parse_labeled_set(body.get(name), name, task=task, classes=classes, errors=errors)
-            if task is not None and classes and name in body
-            else None
-        )
-    errors.raise_if_any("the fit request has invalid fields")
-    assert method is not None and sets["fit"] is not None and sets["eval"] is not None
-    return FitRequest(fields=fields, method=method, fit=sets["fit"], eval=sets["eval"])
+from service.common.errors import ErrorDetail, ValidationFailed
+from service.contracts.labeled_sets import LabeledSet
+from service.contracts.model import Baseline, BaselineSplit, ContractSpec
+from service.contracts.requests import FitRequest, check_disjoint, spec_of
 
 
 def _fit_calibrator(task: str, method: str, fit: LabeledSet) -> Calibrator:
@@ -93,58 +55,50 @@ def reading_of(
     data: LabeledSet,
     edges: np.ndarray,
     calibrator: Calibrator,
-    policy: Mapping[str, Any],
+    costs: tuple[float, float] | None,
 ) -> Reading:
-    """The reading of a labeled set under ``calibrator`` with the contract's edges and costs."""
+    """The reading of a labeled set under ``calibrator`` with the contract's (M + 1,) edges and,
+    for a binary task, its costs ``(c_fp, c_fn)`` (None: threshold 0.5, no expected cost)."""
     if task == "multiclass":
         return multiclass_reading(data.inputs, data.labels, edges, calibrator=calibrator)
+    c_fp, c_fn = costs if costs is not None else (None, None)
     return binary_reading(
-        data.inputs,
-        data.labels,
-        edges,
-        calibrator=calibrator,
-        c_fp=policy.get("c_fp"),
-        c_fn=policy.get("c_fn"),
+        data.inputs, data.labels, edges, calibrator=calibrator, c_fp=c_fp, c_fn=c_fn
     )
 
 
-def baseline_of(
+def baseline_split(
     task: str,
-    fit: LabeledSet,
-    held_out: LabeledSet,
+    data: LabeledSet,
     edges: np.ndarray,
     calibrator: Calibrator,
-    policy: Mapping[str, Any],
-) -> dict[str, Any]:
-    """``{"fit"|"eval": {"uncalibrated": R, "calibrated": R, "nll_difference": D}}``.
-
-    ``nll_difference`` summarises the per-row NLL differences (calibrated minus uncalibrated)
-    that the gate's paired NLL test needs once the rows are gone.
-    """
-    return {
-        split: {
-            "uncalibrated": reading_of(task, data, edges, IdentityCalibrator(), policy).to_dict(),
-            "calibrated": reading_of(task, data, edges, calibrator, policy).to_dict(),
-            "nll_difference": nll_difference(task, data.inputs, data.labels, calibrator).to_dict(),
-        }
-        for split, data in (("fit", fit), ("eval", held_out))
-    }
+    costs: tuple[float, float] | None,
+) -> BaselineSplit:
+    """The readings of ``data`` raw and under ``calibrator``, and the summary of the per-row
+    NLL differences the gate's paired test needs once the rows are gone."""
+    return BaselineSplit(
+        uncalibrated=reading_of(task, data, edges, IdentityCalibrator(), costs),
+        calibrated=reading_of(task, data, edges, calibrator, costs),
+        nll_difference=nll_difference(task, data.inputs, data.labels, calibrator),
+    )
 
 
 def fit_contract_spec(request: FitRequest) -> ContractSpec:
     """Fingerprint both sets, refuse leakage, fit on ``fit`` only, measure both: a spec to store."""
-    fields = dict(request.fields)
-    split = {
-        **fields["split"],
-        "fit_fingerprint": request.fit.fingerprint(),
-        "eval_fingerprint": request.eval.fingerprint(),
-    }
+    fields = request.fields
+    split = replace(
+        fields["split"],
+        fit_fingerprint=request.fit.fingerprint(),
+        eval_fingerprint=request.eval.fingerprint(),
+    )
     check_disjoint(split)
-    calibrator = _fit_calibrator(fields["task"], request.method, request.fit)
+    task = fields["task"]
+    calibrator = _fit_calibrator(task, request.method, request.fit)
     edges = np.asarray(fields["bin_edges"], dtype=np.float64)
-    baseline = baseline_of(
-        fields["task"], request.fit, request.eval, edges, calibrator, fields["policy"]
+    policy = DriftPolicy.from_dict(fields["policy"])
+    costs = policy.costs if task == "binary" else None
+    baseline = Baseline.of(
+        baseline_split(task, request.fit, edges, calibrator, costs),
+        baseline_split(task, request.eval, edges, calibrator, costs),
     )
-    return ContractSpec(
-        **{**fields, "split": split, "calibrator": calibrator.to_dict(), "baseline": baseline}
-    )
+    return spec_of(fields, split=split, calibrator=calibrator, baseline=baseline)

@@ -128,6 +128,17 @@ def retire_contract(session: Session, contract_id: str, *, reason: str, actor: s
     return find_contract(session, contract_id)
 
 
+def current_contract(session: Session, model: str, now: datetime) -> Contract:
+    """The contract a model is measured against now: its active one, else its latest version
+    (all of them retired); 404 for a model without contracts."""
+    contract = contracts_store.active_contract_at(session, model, now)
+    if contract is None:
+        contract = contracts_store.latest_contract(session, model)
+    if contract is None:
+        raise NotFound(f"unknown model {model!r}")
+    return contract
+
+
 def active_contract(session: Session, model: str, at: datetime) -> Contract:
     """The model's active contract at ``at``; 404 for an unknown model or none active."""
     if not contracts_store.model_exists(session, model):

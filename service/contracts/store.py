@@ -9,7 +9,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, aliased
 
 from service.audit.chain import RetirementRow
-from service.contracts.model import Contract, ContractSpec, Retirement
+from service.calibration import CalibrationInputError
+from service.common.errors import ErrorDetail, UnreadableContract
+from service.contracts.model import Contract, Retirement, spec_from_stored
 from service.db.models import ContractRecord, ContractRetirement, ModelRecord
 
 
@@ -36,49 +38,48 @@ def claim_next_version(session: Session, model: str, now: datetime) -> int:
     return int(version)
 
 
+#: The columns of ``contracts`` that hold a spec field, by the field's name.
+_SPEC_COLUMNS = (
+    "model",
+    "checkpoint",
+    "task",
+    "classes",
+    "calibrator",
+    "objective",
+    "population",
+    "outcome",
+    "data_window",
+    "split",
+    "bin_edges",
+    "baseline",
+    "policy",
+)
+
+
 def insert_contract(session: Session, contract: Contract) -> None:
-    spec = contract.spec
+    """Store a new contract (its spec as the JSON its hash covers)."""
     session.add(
         ContractRecord(
             id=contract.id,
-            model=spec.model,
             version=contract.version,
-            checkpoint=spec.checkpoint,
-            task=spec.task,
-            classes=list(spec.classes),
-            calibrator=spec.calibrator,
-            objective=spec.objective,
-            population=spec.population,
-            outcome=spec.outcome,
-            data_window=spec.data_window,
-            split=spec.split,
-            bin_edges=list(spec.bin_edges),
-            baseline=spec.baseline,
-            policy=spec.policy,
             created_at=contract.created_at,
             created_by=contract.created_by,
             content_sha256=contract.content_sha256,
+            **contract.spec.to_dict(),
         )
     )
     session.flush()
 
 
 def _to_contract(row: ContractRecord, retirement: ContractRetirement | None) -> Contract:
-    spec = ContractSpec(
-        model=row.model,
-        checkpoint=row.checkpoint,
-        task=row.task,
-        classes=tuple(row.classes),
-        calibrator=dict(row.calibrator),
-        objective=row.objective,
-        population=row.population,
-        outcome=row.outcome,
-        data_window=dict(row.data_window),
-        split=dict(row.split),
-        bin_edges=tuple(float(e) for e in row.bin_edges),
-        baseline=dict(row.baseline),
-        policy=dict(row.policy),
-    )
+    try:
+        spec = spec_from_stored({name: getattr(row, name) for name in _SPEC_COLUMNS})
+    except (CalibrationInputError, KeyError, TypeError, ValueError) as exc:
+        raise UnreadableContract(
+            f"contract {row.id} (version {row.version}) stores a field that cannot be read "
+            "back; register a new version",
+            [ErrorDetail(getattr(exc, "field", None) or "contract", str(exc))],
+        ) from exc
     return Contract(
         id=row.id,
         version=row.version,

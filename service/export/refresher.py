@@ -43,7 +43,7 @@ from service.export.reading_store import (
 from service.stream import bucket_store
 from service.stream.cohorts import ALL
 from service.stream.ingestion import sweep_waiting_labels
-from service.stream.readings import calibration_reading
+from service.stream.readings import WindowReading, calibration_reading
 from service.stream.retention import expire_pending
 from service.stream.windows import Window
 
@@ -65,9 +65,10 @@ class RefreshReport:
     failed: tuple[str, ...] = ()
 
 
-def gauge_values(reading: dict[str, Any]) -> dict[str, Any]:
-    """The numbers the Prometheus gauges show, from a calibration reading (None: no value)."""
-    metrics, drift = reading["metrics"], reading["drift"]
+def gauge_values(window_reading: WindowReading) -> dict[str, Any]:
+    """The numbers the Prometheus gauges show, from a window reading (None: no value), with the
+    drift status, its reasons and the contract policy's ``max_ece``: what is stored per reading."""
+    metrics, drift = window_reading.reading.to_dict(), window_reading.drift.to_dict()
     ci = metrics.get("ece_ci") or [None, None]
     return {
         "ece": metrics.get("ece"),
@@ -78,9 +79,9 @@ def gauge_values(reading: dict[str, Any]) -> dict[str, Any]:
         "brier": metrics.get("brier"),
         "accuracy": metrics.get("accuracy"),
         "mean_confidence": metrics.get("mean_confidence"),
-        "predictions": reading["n_predictions"],
-        "labeled_predictions": reading["n_labeled"],
-        "label_coverage": reading["label_coverage"],
+        "predictions": window_reading.n_predictions,
+        "labeled_predictions": window_reading.n_labeled,
+        "label_coverage": window_reading.label_coverage,
         "ece_delta": drift.get("ece_delta"),
         "refit_temperature": drift.get("refit_temperature"),
         "confidence_psi": drift.get("confidence_psi"),
@@ -88,6 +89,7 @@ def gauge_values(reading: dict[str, Any]) -> dict[str, Any]:
         "drift_status": STATUS_CODES[drift["status"]],
         "status": drift["status"],
         "reasons": list(drift.get("reasons") or []),
+        "policy_max_ece": window_reading.contract.policy.max_ece,
     }
 
 
@@ -108,17 +110,9 @@ def refresh_model(session: Session, model: str, settings: Settings, now: datetim
         for slice_ in slices:
             reading = calibration_reading(session, model, window, slice_, now)
             values = gauge_values(reading)
-            values["policy_max_ece"] = reading["policy"]["max_ece"]
+            contract = reading.contract
             rows.append(
-                ReadingRow(
-                    model,
-                    slice_,
-                    window_name,
-                    reading["contract"]["id"],
-                    reading["contract"]["version"],
-                    now,
-                    values,
-                )
+                ReadingRow(model, slice_, window_name, contract.id, contract.version, now, values)
             )
             before = previous.get((slice_, window_name))
             if before is not None and before.values.get("status") != values["status"]:
@@ -128,7 +122,7 @@ def refresh_model(session: Session, model: str, settings: Settings, now: datetim
                     actor=REFRESHER,
                     now=now,
                     model=model,
-                    contract_id=reading["contract"]["id"],
+                    contract_id=contract.id,
                     details={
                         "cohort": slice_,
                         "window": window_name,

@@ -23,21 +23,18 @@ from typing import Any
 from service.calibration import (
     CalibrationInputError,
     EceInference,
-    IdentityCalibrator,
     Reading,
     bins_inference,
 )
 from service.calibration.nll_comparison import (
     NllComparison,
-    NllDifference,
     compare_nll,
     fitted_parameters,
-    nll_difference,
 )
 from service.common.errors import ErrorCollector, ErrorDetail, ValidationFailed
 from service.common.hashing import sha256_of
 from service.common.values import NAME_PATTERN, expect_int, expect_object, expect_str
-from service.contracts.fitting import reading_of
+from service.contracts.fitting import baseline_split
 from service.contracts.labeled_sets import LabeledSet, parse_labeled_set
 from service.contracts.model import BaselineSource, Contract
 
@@ -223,8 +220,8 @@ def _required_fields(e: _Evidence) -> Check:
 
 
 def _disjoint_eval(e: _Evidence) -> Check:
-    fit_fp = e.contract.spec.split.get("fit_fingerprint")
-    eval_fp = e.eval_fingerprint or e.contract.spec.split.get("eval_fingerprint")
+    fit_fp = e.contract.spec.split.fit_fingerprint
+    eval_fp = e.eval_fingerprint or e.contract.spec.split.eval_fingerprint
     disjoint = fit_fp is not None and eval_fp is not None and fit_fp != eval_fp
     return Check(
         "disjoint_eval",
@@ -367,7 +364,7 @@ def evaluate_gate(
     """
     policy = dict(request.policy)
     if policy.get("max_ece") is None:
-        policy["max_ece"] = float(contract.spec.policy["max_ece"])
+        policy["max_ece"] = contract.policy.max_ece
     e = _gather(contract, request, policy, baseline_source)
     checks = tuple(c for check in CHECKS if (c := check(e)) is not None)
     calibrated = e.calibrated.to_dict()
@@ -412,23 +409,22 @@ def _gather(
     fit_rows = contract.baseline_reading("fit", "calibrated").n
     parameters = fitted_parameters(contract.calibrator)
     if request.evaluation is None:
-        stored = spec.baseline["eval"]
         calibrated = contract.baseline_reading("eval", "calibrated")
-        difference = stored.get("nll_difference")
+        stored_difference = contract.baseline_nll_difference("eval")
         return _Evidence(
             contract=contract,
             policy=policy,
             baseline_source=baseline_source,
             source={
                 "kind": "contract_eval_baseline",
-                "fingerprint": spec.split.get("eval_fingerprint"),
+                "fingerprint": spec.split.eval_fingerprint,
             },
             calibrated=calibrated,
             uncalibrated=contract.baseline_reading("eval", "uncalibrated"),
             inference=bins_inference(calibrated.bins),
             nll=None
-            if difference is None
-            else compare_nll(NllDifference.from_dict(difference), parameters, fit_rows),
+            if stored_difference is None
+            else compare_nll(stored_difference, parameters, fit_rows),
             eval_fingerprint=None,
         )
     errors = ErrorCollector()
@@ -438,11 +434,7 @@ def _gather(
     errors.raise_if_any("the evaluation set is invalid")
     assert data is not None
     try:
-        calibrated = reading_of(spec.task, data, contract.edges, contract.calibrator, spec.policy)
-        uncalibrated = reading_of(
-            spec.task, data, contract.edges, IdentityCalibrator(), spec.policy
-        )
-        difference = nll_difference(spec.task, data.inputs, data.labels, contract.calibrator)
+        measured = baseline_split(spec.task, data, contract.edges, contract.calibrator, spec.costs)
     except CalibrationInputError as exc:
         raise ValidationFailed(
             "the evaluation set cannot be measured", [ErrorDetail("evaluation", str(exc))]
@@ -453,10 +445,12 @@ def _gather(
         policy=policy,
         baseline_source=baseline_source,
         source={"kind": "evaluation", "fingerprint": fingerprint},
-        calibrated=calibrated,
-        uncalibrated=uncalibrated,
-        inference=bins_inference(calibrated.bins),
-        nll=compare_nll(difference, parameters, fit_rows),
+        calibrated=measured.calibrated,
+        uncalibrated=measured.uncalibrated,
+        inference=bins_inference(measured.calibrated.bins),
+        nll=None
+        if measured.nll_difference is None
+        else compare_nll(measured.nll_difference, parameters, fit_rows),
         eval_fingerprint=fingerprint,
     )
 

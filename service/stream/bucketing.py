@@ -24,14 +24,6 @@ from service.stream.windows import FINE, HOUR, RESOLUTION_FINE, RESOLUTION_HOUR
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def threshold_of(contract: Contract) -> float:
-    """The binary decision threshold: ``c_fp / (c_fp + c_fn)`` when costs are set, else 0.5."""
-    policy = contract.spec.policy
-    if policy.get("c_fp") is not None and policy.get("c_fn") is not None:
-        return float(policy["c_fp"]) / (float(policy["c_fp"]) + float(policy["c_fn"]))
-    return 0.5
-
-
 def layout_of(contract: Contract) -> StatsLayout:
     """The shape of a contract's bucket statistics."""
     spec = contract.spec
@@ -40,7 +32,7 @@ def layout_of(contract: Contract) -> StatsLayout:
         edges=spec.bin_edges,
         n_classes=len(spec.classes),
         classwise=True,
-        threshold=threshold_of(contract),
+        threshold=contract.threshold,
         refit=True,
     )
 
@@ -57,7 +49,7 @@ def confidence_and_expected_correctness(
         top = multiclass_probabilities(contract.calibrator, inputs).max(axis=1)
         return top, top
     p = binary_probabilities(contract.calibrator, inputs)
-    return p, np.where(p >= threshold_of(contract), p, 1.0 - p)
+    return p, np.where(p >= contract.threshold, p, 1.0 - p)
 
 
 def _knot_sums(
@@ -171,7 +163,7 @@ def bucket_deltas(
                         fine_group[labeled],
                         n_groups,
                         calibrator=contract.calibrator,
-                        threshold=threshold_of(contract),
+                        threshold=contract.threshold,
                     )
                 ),
                 _knot_sums(contract, inputs[rows], labels[rows], fine_group[labeled], n_groups),

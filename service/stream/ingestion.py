@@ -26,6 +26,7 @@ from service.common.errors import (
 from service.config import Settings
 from service.contracts import store as contracts_store
 from service.contracts.model import Contract
+from service.contracts.service import current_contract
 from service.stream import prediction_store
 from service.stream.batches import PredictionBatch, parse_envelope, parse_labels, parse_predictions
 from service.stream.bucket_store import BucketDelta, BucketKey, apply_deltas
@@ -284,14 +285,6 @@ def ingest_predictions(
     )
 
 
-def _label_classes(session: Session, model: str, now: datetime) -> tuple[str, ...]:
-    contract = contracts_store.active_contract_at(
-        session, model, now
-    ) or contracts_store.latest_contract(session, model)
-    assert contract is not None
-    return contract.spec.classes
-
-
 def ingest_labels(
     session: Session, body: Mapping[str, Any], settings: Settings, now: datetime
 ) -> LabelsApplied:
@@ -299,7 +292,7 @@ def ingest_labels(
     envelope = parse_envelope(body, "labels", MAX_BATCH_ITEMS)
     _model_or_404(session, envelope.model)
     batch = parse_labels(
-        envelope.items, classes=_label_classes(session, envelope.model, now), now=now
+        envelope.items, classes=current_contract(session, envelope.model, now).spec.classes, now=now
     )
     result = LabelsApplied(model=envelope.model)
     first_label = dict(zip(batch.ids, batch.labels, strict=True))

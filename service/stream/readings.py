@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
@@ -12,7 +12,9 @@ import numpy as np
 from sqlalchemy.orm import Session
 
 from service.calibration import (
+    Drift,
     ExpectedAccuracy,
+    Reading,
     assess_drift,
     reading_from_stats,
     refit_from_knot_sums,
@@ -22,8 +24,9 @@ from service.common.errors import NotFound
 from service.common.values import format_timestamp
 from service.contracts import store as contracts_store
 from service.contracts.model import Contract
+from service.contracts.service import current_contract
 from service.stream import bucket_store
-from service.stream.bucketing import layout_of, threshold_of
+from service.stream.bucketing import layout_of
 from service.stream.windows import Window
 
 
@@ -37,25 +40,83 @@ class ContractShare:
     n_labeled: int
 
 
-def _costs(contract: Contract) -> tuple[float, float] | None:
-    policy = contract.spec.policy
-    if contract.spec.task == "binary" and policy.get("c_fp") is not None:
-        return float(policy["c_fp"]), float(policy["c_fn"])
-    return None
-
-
 def _json_number(value: float | None) -> float | None:
     return None if value is None or not math.isfinite(value) else value
 
 
+@dataclass(frozen=True)
+class WindowReading:
+    """A window and cohort slice measured against its contract.
+
+    ``reading`` holds the labeled predictions' metrics and bins, ``baseline`` the contract's
+    held-out eval reading, ``drift`` the assessment of one against the other; ``shares`` says how
+    the window splits between contract versions (newest first) and ``notes`` what a reader
+    should know about it.
+    """
+
+    model: str
+    contract: Contract
+    shares: tuple[ContractShare, ...]
+    window: Window
+    cohort: str
+    n_predictions: int
+    reading: Reading
+    baseline: Reading
+    drift: Drift
+    notes: tuple[str, ...] = ()
+
+    @property
+    def n_labeled(self) -> int:
+        return self.reading.n
+
+    @property
+    def label_coverage(self) -> float | None:
+        """Share of the window's predictions labeled (None without predictions)."""
+        if not self.n_predictions:
+            return None
+        return _json_number(self.n_labeled / self.n_predictions)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The reply of ``GET /v1/models/{model}/calibration``."""
+        contract = self.contract
+        metrics = self.reading.to_dict()
+        bins = metrics.pop("bins")
+        return {
+            "model": self.model,
+            "contract": {
+                "id": contract.id,
+                "version": contract.version,
+                "content_sha256": contract.content_sha256,
+            },
+            "contracts_in_window": [asdict(s) for s in self.shares],
+            "window": {
+                "name": self.window.name,
+                "start": format_timestamp(self.window.start),
+                "end": format_timestamp(self.window.end),
+            },
+            "cohort": self.cohort,
+            "n_predictions": self.n_predictions,
+            "n_labeled": self.n_labeled,
+            "label_coverage": self.label_coverage,
+            "metrics": metrics,
+            "bins": bins,
+            "baseline": self.baseline.to_dict(),
+            "policy": contract.policy.to_dict(),
+            "drift": self.drift.to_dict(),
+            "threshold": contract.threshold if contract.spec.task == "binary" else None,
+            "notes": list(self.notes),
+        }
+
+
 def calibration_reading(
     session: Session, model: str, window: Window, slice_: str, now: datetime
-) -> dict[str, Any]:
+) -> WindowReading:
     """The window's reading for one slice, its bins, the baseline and the drift assessment.
 
     Buckets are grouped by contract version; a window spanning several versions is measured
     against the newest one that has data in it (each contract has its own calibrator and bins),
-    and ``contracts_in_window`` says how the window splits.
+    and ``shares`` says how the window splits. A window without data is measured against the
+    model's current contract (``current_contract``).
     """
     if not contracts_store.model_exists(session, model):
         raise NotFound(f"unknown model {model!r}")
@@ -75,13 +136,9 @@ def calibration_reading(
         key=lambda s: s.version,
         reverse=True,
     )
-    if shares:
-        contract = contracts[shares[0].contract_id]
-    else:
-        contract = contracts_store.active_contract_at(
-            session, model, now
-        ) or contracts_store.latest_contract(session, model)
-    assert contract is not None
+    contract = contracts[shares[0].contract_id] if shares else None
+    if contract is None:
+        contract = current_contract(session, model, now)
     rows = by_contract.get(contract.id, [])
     layout = layout_of(contract)
     vector = np.zeros(layout.size)
@@ -89,7 +146,7 @@ def calibration_reading(
         if t.stats is not None:
             vector += t.stats
     stats = unpack(vector, layout)
-    reading = reading_from_stats(stats, costs=_costs(contract))
+    reading = reading_from_stats(stats, costs=contract.spec.costs)
     n_predictions = sum(t.n_predictions for t in rows)
     n_unlabeled = n_predictions - stats.n
     expected = (
@@ -112,49 +169,37 @@ def calibration_reading(
         refit_temperature=refit_from_knot_sums(unpack_knots(vector, layout), stats.n),
         expected_accuracy=expected,
     )
-    metrics = reading.to_dict()
-    bins = metrics.pop("bins")
-    notes = []
+    notes: tuple[str, ...] = ()
     if len(shares) > 1:
-        notes.append(
+        notes = (
             f"the window holds predictions of {len(shares)} contract versions; it is "
-            f"measured against the newest, version {contract.version}"
+            f"measured against the newest, version {contract.version}",
         )
-    return {
-        "model": model,
-        "contract": {
-            "id": contract.id,
-            "version": contract.version,
-            "content_sha256": contract.content_sha256,
-        },
-        "contracts_in_window": [s.__dict__ for s in shares],
-        "window": {
-            "name": window.name,
-            "start": format_timestamp(window.start),
-            "end": format_timestamp(window.end),
-        },
-        "cohort": slice_,
-        "n_predictions": n_predictions,
-        "n_labeled": stats.n,
-        "label_coverage": _json_number(stats.n / n_predictions) if n_predictions else None,
-        "metrics": metrics,
-        "bins": bins,
-        "baseline": baseline.to_dict(),
-        "policy": contract.spec.policy,
-        "drift": drift.to_dict(),
-        "threshold": threshold_of(contract) if contract.spec.task == "binary" else None,
-        "notes": notes,
-    }
+    return WindowReading(
+        model=model,
+        contract=contract,
+        shares=tuple(shares),
+        window=window,
+        cohort=slice_,
+        n_predictions=n_predictions,
+        reading=reading,
+        baseline=baseline,
+        drift=drift,
+        notes=notes,
+    )
 
 
-def cohort_slices(session: Session, model: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class SliceCounts:
+    """A cohort slice seen for a model (``all`` or ``key=value``) and its counts, all time."""
+
+    cohort: str
+    n_predictions: int
+    n_labeled: int
+
+
+def cohort_slices(session: Session, model: str) -> list[SliceCounts]:
     """Every slice seen for the model with its prediction and label counts (all time)."""
     if not contracts_store.model_exists(session, model):
         raise NotFound(f"unknown model {model!r}")
-    return {
-        "model": model,
-        "slices": [
-            {"cohort": name, "n_predictions": n, "n_labeled": labeled}
-            for name, n, labeled in bucket_store.slice_counts(session, model)
-        ],
-    }
+    return [SliceCounts(*row) for row in bucket_store.slice_counts(session, model)]

@@ -23,11 +23,10 @@ from service.calibration.calibrators import (
     MIN_TEMPERATURE,
 )
 from service.common.values import MAX_JSON_INTEGER
-from service.contracts.model import (
+from service.contracts.baseline_checks import MAX_COST, MAX_NLL
+from service.contracts.requests import (
     MAX_BIN_EDGES,
     MAX_CLASSES,
-    MAX_COST,
-    MAX_NLL,
     MAX_TEXT_LENGTH,
     MIN_COST,
 )

@@ -12,8 +12,7 @@ from service.common.errors import ErrorCollector
 from service.common.values import NAME_PATTERN, expect_object, expect_str
 from service.contracts import service as contracts_service
 from service.contracts import store as contracts_store
-from service.contracts.fitting import parse_fit_request
-from service.contracts.model import parse_registration
+from service.contracts.requests import parse_fit_request, parse_registration
 from service.web.auth import current_principal, requires
 from service.web.bodies import json_body
 from service.web.db_session import db_session

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import datetime
 
 from flask import Blueprint, Response, current_app, jsonify, request
@@ -92,7 +93,9 @@ def calibration(model: str) -> Response:
     """The reading of a window and cohort slice, with bins, baseline and drift."""
     now = utcnow()
     slice_, window = slice_and_window(now)
-    return jsonify(monitoring.calibration_reading(db_session(), model, window, slice_, now))
+    return jsonify(
+        monitoring.calibration_reading(db_session(), model, window, slice_, now).to_dict()
+    )
 
 
 @bp.get("/models/<model>/cohorts")
@@ -100,4 +103,5 @@ def calibration(model: str) -> Response:
 def cohorts(model: str) -> Response:
     """Slices seen for the model, with prediction and label counts."""
     check_known(())
-    return jsonify(monitoring.cohort_slices(db_session(), model))
+    slices = monitoring.cohort_slices(db_session(), model)
+    return jsonify({"model": model, "slices": [asdict(s) for s in slices]})

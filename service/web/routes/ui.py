@@ -12,6 +12,7 @@ carry their path segments and query values percent-encoded.
 from __future__ import annotations
 
 import re
+from dataclasses import asdict
 from typing import Any
 from urllib.parse import quote, unquote, urlencode, urlsplit
 
@@ -29,7 +30,7 @@ from werkzeug.wrappers import Response as BaseResponse
 
 from service.audit import store as audit
 from service.auth.tokens import Permission, Principal
-from service.calibration import bins_inference, calibrator_from_dict
+from service.calibration import bins_inference
 from service.common.clock import utcnow
 from service.common.errors import CalmonError, NotFound
 from service.contracts import service as contracts_service
@@ -117,7 +118,7 @@ def _sign_in_redirect() -> BaseResponse:
 
 
 def _calibrator_text(contract: Contract) -> str:
-    calibrator = calibrator_from_dict(contract.spec.calibrator).to_dict()
+    calibrator = contract.calibrator.to_dict()
     if calibrator["method"] == "temperature":
         return f"temperature T = {calibrator['temperature']:.4f}"
     if calibrator["method"] == "platt":
@@ -201,16 +202,6 @@ def models() -> BaseResponse:
     )
 
 
-def _current_contract(model: str) -> Contract:
-    session = db_session()
-    contract = contracts_store.active_contract_at(
-        session, model, utcnow()
-    ) or contracts_store.latest_contract(session, model)
-    if contract is None:
-        raise NotFound(f"unknown model {model!r}")
-    return contract
-
-
 @bp.get("/ui/models/<model>")
 def model_page(model: str) -> BaseResponse:
     """The active contract, the reading of a window and cohort, diagrams, cohorts, decisions."""
@@ -218,10 +209,10 @@ def model_page(model: str) -> BaseResponse:
     if not isinstance(viewer, Principal):
         return viewer
     try:
-        contract = _current_contract(model)
         now = utcnow()
+        contract = contracts_service.current_contract(db_session(), model, now)
         slice_, window = slice_and_window(now)
-        reading = monitoring.calibration_reading(db_session(), model, window, slice_, now)
+        measured = monitoring.calibration_reading(db_session(), model, window, slice_, now)
     except CalmonError as exc:
         return _page(
             "ui/error.html",
@@ -231,13 +222,14 @@ def model_page(model: str) -> BaseResponse:
             message=exc.message,
         )
     cohorts = [
-        {**s, "query": "all" if s["cohort"] == ALL else s["cohort"].replace("=", ":", 1)}
-        for s in monitoring.cohort_slices(db_session(), model)["slices"]
+        {**asdict(s), "query": "all" if s.cohort == ALL else s.cohort.replace("=", ":", 1)}
+        for s in monitoring.cohort_slices(db_session(), model)
     ]
     settings = current_app.config["CALMON_SETTINGS"]
     window_name = window.name or "24h"
     windows = list(dict.fromkeys([*settings.windows, window_name]))
-    subtitle = f"{reading['cohort']}, {window_name}, n = {reading['n_labeled']:,} labeled"
+    subtitle = f"{measured.cohort}, {window_name}, n = {measured.n_labeled:,} labeled"
+    reading = measured.to_dict()
     return _page(
         "ui/model.html",
         principal=viewer,
@@ -281,14 +273,14 @@ def contract_page(contract_id: str) -> BaseResponse:
     diagrams = []
     for split in ("eval", "fit"):
         for which in ("calibrated", "uncalibrated"):
-            stored = contract.spec.baseline[split][which]
-            evidence = bins_inference(contract.baseline_reading(split, which).bins)
+            reading = contract.baseline_reading(split, which)
+            evidence = bins_inference(reading.bins)
             diagrams.append(
                 render(
-                    stored["bins"],
+                    reading.to_dict()["bins"],
                     title=f"{split} set, {which}",
-                    subtitle=f"n = {stored['n']:,}, ECE debiased {evidence.debiased:.4f} "
-                    f"[{evidence.lower:.4f}, {evidence.upper:.4f}], plug-in {stored['ece']:.4f}",
+                    subtitle=f"n = {reading.n:,}, ECE debiased {evidence.debiased:.4f} "
+                    f"[{evidence.lower:.4f}, {evidence.upper:.4f}], plug-in {reading.ece:.4f}",
                 )
             )
     return _page(
@@ -311,13 +303,13 @@ def model_svg(model: str) -> Response:
     """The reliability diagram of a window and cohort (same parameters as the calibration)."""
     now = utcnow()
     slice_, window = slice_and_window(now)
-    reading = monitoring.calibration_reading(db_session(), model, window, slice_, now)
+    measured = monitoring.calibration_reading(db_session(), model, window, slice_, now)
     return _svg(
         render(
-            reading["bins"],
+            measured.to_dict()["bins"],
             title=f"{model}: reliability",
-            subtitle=f"{reading['cohort']}, {window.name or 'custom window'}, "
-            f"n = {reading['n_labeled']:,} labeled",
+            subtitle=f"{measured.cohort}, {window.name or 'custom window'}, "
+            f"n = {measured.n_labeled:,} labeled",
         )
     )
 
@@ -340,11 +332,11 @@ def contract_svg(contract_id: str) -> Response:
             ],
         )
     contract = contracts_service.find_contract(db_session(), contract_id)
-    reading = contract.spec.baseline[split][which]
+    reading = contract.baseline_reading(split, which)
     return _svg(
         render(
-            reading["bins"],
+            reading.to_dict()["bins"],
             title=f"{contract.model} v{contract.version}: {split} set, {which}",
-            subtitle=f"n = {reading['n']:,}",
+            subtitle=f"n = {reading.n:,}",
         )
     )

@@ -16,9 +16,10 @@ import pytest
 from service.calibration.binning import default_edges
 from service.calibration.simulation import SCENARIOS
 from service.common.errors import ErrorCollector
-from service.contracts.fitting import FitRequest, fit_contract_spec
+from service.contracts.fitting import fit_contract_spec
 from service.contracts.labeled_sets import LabeledSet
-from service.contracts.model import Contract, parse_spec_fields
+from service.contracts.model import Contract
+from service.contracts.requests import FitRequest, parse_spec_fields
 from service.gate.checks import evaluate_gate, parse_gate_request
 
 
