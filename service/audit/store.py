@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, text
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.audit.chain import (
@@ -26,6 +26,7 @@ from service.audit.chain import (
     RetirementRow,
     event_digest,
 )
+from service.db.backend import backend_of
 from service.db.models import AuditEventRecord, ContractRetirement
 
 log = logging.getLogger(__name__)
@@ -119,8 +120,7 @@ def _lock_and_head(session: Session) -> str:
     On PostgreSQL a transaction-scoped advisory lock orders concurrent appends; SQLite's write
     transactions are serialised already (``BEGIN IMMEDIATE``).
     """
-    if session.get_bind().dialect.name == "postgresql":
-        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _APPEND_LOCK})
+    backend_of(session).advisory_lock(session, _APPEND_LOCK)
     return (
         session.scalar(
             select(AuditEventRecord.sha256).order_by(AuditEventRecord.seq.desc()).limit(1)

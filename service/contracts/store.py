@@ -5,14 +5,14 @@ from __future__ import annotations
 from datetime import datetime
 
 from sqlalchemy import and_, exists, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, aliased
 
 from service.audit.chain import RetirementRow
 from service.calibration import CalibrationInputError
 from service.common.errors import ErrorDetail, UnreadableContract
 from service.contracts.model import Contract, Retirement, spec_from_stored
-from service.db.models import ContractRecord, ContractRetirement, ModelRecord
+from service.db.backend import backend_of
+from service.db.models import ContractRecord, ContractRetirement, ModelRecord, table_of
 
 
 def claim_next_version(session: Session, model: str, now: datetime) -> int:
@@ -21,10 +21,9 @@ def claim_next_version(session: Session, model: str, now: datetime) -> int:
     The counter row is created if missing and incremented in one UPDATE ... RETURNING, which holds
     the row lock until the caller's transaction ends; a rollback releases the number unused.
     """
-    dialect = session.get_bind().dialect.name
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     session.execute(
-        insert(ModelRecord)
+        backend_of(session)
+        .insert(table_of(ModelRecord))
         .values(name=model, latest_version=0, created_at=now)
         .on_conflict_do_nothing(index_elements=["name"])
     )

@@ -7,9 +7,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
+
+from service.db.backend import backend_of
 
 SQLITE_BUSY_TIMEOUT_SECONDS = 30
 
@@ -85,14 +87,10 @@ class Database:
 
 
 def refresh_planner_statistics(session: Session, tables: tuple[str, ...]) -> None:
-    """ANALYZE the big tables on PostgreSQL (a no-op on SQLite).
+    """ANALYZE the big tables on PostgreSQL (a no-op on SQLite); the caller commits.
 
     The stream's queries rely on the planner knowing how large ``predictions`` and ``labels``
     are; autovacuum normally keeps that current, but it can be switched off (it is on some test
     machines), and a fresh table is never analyzed before its first autovacuum round.
     """
-    if session.get_bind().dialect.name != "postgresql":
-        return
-    for table in tables:
-        session.execute(text(f"ANALYZE {table}"))
-    session.commit()
+    backend_of(session).analyze(session, tables)

@@ -17,6 +17,8 @@ from datetime import UTC, date, datetime, time, timedelta
 
 from sqlalchemy import Connection, text
 
+from service.db.backend import backend_of
+
 PARENT = "predictions"
 DEFAULT_PARTITION = "predictions_default"
 #: Days of partitions kept ready beyond today (UTC).
@@ -53,7 +55,7 @@ def is_partition_table(name: str) -> bool:
 
 def is_partitioned(connection: Connection) -> bool:
     """Whether ``predictions`` is a partitioned table here (PostgreSQL only)."""
-    if connection.dialect.name != "postgresql":
+    if backend_of(connection).name != "postgresql":
         return False
     kind = connection.scalar(
         text("SELECT relkind FROM pg_class WHERE oid = to_regclass(:parent)"), {"parent": PARENT}

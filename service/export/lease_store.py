@@ -5,14 +5,14 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from sqlalchemy import or_, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from service.db.backend import backend_of
 from service.db.models import RefreshLease, table_of
 
 
 def try_acquire(session: Session, name: str, holder: str, now: datetime, ttl: timedelta) -> bool:
-    """Take or renew the lease ``name`` for ``holder`` until ``now + ttl``; commit.
+    """Take or renew the lease ``name`` for ``holder`` until ``now + ttl`` (the caller commits).
 
     Succeeds when nobody holds it, when ``holder`` already does, or when the holder's time ran
     out. Atomic on both backends: one conditional UPDATE, or an INSERT for a first-ever lease.
@@ -28,14 +28,10 @@ def try_acquire(session: Session, name: str, holder: str, now: datetime, ttl: ti
         .returning(RefreshLease.name)
     )
     if taken is None:
-        dialect = session.get_bind().dialect.name
-        insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(
-            table_of(RefreshLease)
-        )
+        insert = backend_of(session).insert(table_of(RefreshLease))
         taken = session.scalar(
             insert.values(name=name, holder=holder, expires_at=until)
             .on_conflict_do_nothing(index_elements=["name"])
             .returning(table_of(RefreshLease).c.name)
         )
-    session.commit()
     return taken is not None

@@ -215,7 +215,9 @@ class Refresher:
         """Refresh if this process holds (or wins) the lease; None when another one does."""
         ttl = timedelta(seconds=max(3 * self.settings.refresh_seconds, 60))
         with self.db.session() as session:
-            if not try_acquire(session, "refresh", self.holder, utcnow(), ttl):
+            acquired = try_acquire(session, "refresh", self.holder, utcnow(), ttl)
+            session.commit()
+            if not acquired:
                 return None
         now = utcnow()
         if self._maintained_at is None or now - self._maintained_at >= MAINTAIN_EVERY:
@@ -238,6 +240,7 @@ class Refresher:
         try:
             with self.db.session() as session:
                 refresh_planner_statistics(session, ("predictions", "prediction_keys", "labels"))
+                session.commit()
         except Exception as exc:
             log_failure("refreshing planner statistics failed", exc)
         try:

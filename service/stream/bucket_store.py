@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 from sqlalchemy import and_, bindparam, delete, func, or_, select, tuple_, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from service.db.backend import backend_of
 from service.db.models import CalibrationBucket, table_of
 from service.stream.windows import RESOLUTION_HOUR
 
@@ -69,9 +69,7 @@ def apply_deltas(session: Session, model: str, deltas: Mapping[BucketKey, Bucket
                 raise ValueError(f"refusing a non-finite {name} vector: the bucket would be lost")
     keys = sorted(deltas)
     table = table_of(CalibrationBucket)
-    insert = (
-        postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
-    )(table)
+    insert = backend_of(session).insert(table)
     session.execute(
         insert.on_conflict_do_update(
             index_elements=["model", "slice", "resolution", "bucket_start", "contract_id"],

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 
 from sqlalchemy import select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from service.db.backend import backend_of
 from service.db.models import CohortValue, ModelRecord, table_of
 
 
@@ -39,18 +39,15 @@ def lock_model(session: Session, model: str) -> None:
     Taken before re-reading the admitted keys and values, so two batches cannot both admit the
     last key or value under a cap.
     """
-    if session.get_bind().dialect.name == "postgresql":
-        session.execute(select(ModelRecord.name).where(ModelRecord.name == model).with_for_update())
+    query = select(ModelRecord.name).where(ModelRecord.name == model)
+    session.execute(backend_of(session).for_update(query))
 
 
 def admit_values(session: Session, model: str, values: Mapping[str, Sequence[str]]) -> None:
     """Record newly admitted values (the caller holds ``lock_model``)."""
     if not any(values.values()):
         return
-    dialect = session.get_bind().dialect.name
-    insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(
-        table_of(CohortValue)
-    )
+    insert = backend_of(session).insert(table_of(CohortValue))
     session.execute(
         insert.on_conflict_do_nothing(),
         [{"model": model, "key": k, "value": v} for k, vs in values.items() for v in vs],

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql import Executable
 
 from service.db import partitions
+from service.db.backend import backend_of
 from service.db.models import ModelRecord, PruneRecord
 from service.db.types import UTCDateTime
 
@@ -43,12 +44,10 @@ def prune_before(session: Session, cutoff: datetime, now: datetime) -> PruneCoun
     prune, which moves the retention horizon, in the caller's transaction.
     """
     connection = session.connection()
-    postgres = connection.dialect.name == "postgresql"
     dropped = partitions.drop_partitions_before(connection, cutoff)
     params = {"cutoff": cutoff}
     session.execute(text("DELETE FROM predictions WHERE ts < :cutoff").bindparams(_CUTOFF), params)
-    if postgres:
-        session.execute(text("SELECT brin_summarize_new_values('ix_prediction_keys_ts')"))
+    backend_of(session).after_prune(connection, cutoff)
     predictions = _deleted(
         session, text("DELETE FROM prediction_keys WHERE ts < :cutoff").bindparams(_CUTOFF), params
     )

@@ -1,0 +1,85 @@
+"""The SQL that differs between PostgreSQL and SQLite, behind one small interface.
+
+Every module that needs a backend-specific statement asks ``backend_of(session)`` for the
+``Backend`` of its connection and calls one of the methods below; the two implementations are
+``service.db.postgresql`` and ``service.db.sqlite``, and nothing else branches on the dialect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+from sqlalchemy import Connection, Select, Table
+from sqlalchemy.dialects.postgresql import Insert as PgInsert
+from sqlalchemy.dialects.sqlite import Insert as SqliteInsert
+from sqlalchemy.orm import Session
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+Insert = PgInsert | SqliteInsert
+#: One label row found with its prediction: ``(id, label, label seconds, joined, contract id,
+#: prediction seconds, slices JSON, inputs)``; the last four are None for a label left waiting.
+LabelRow = tuple[Any, ...]
+
+
+class Backend(Protocol):
+    """What calmon asks of a database beyond portable SQL."""
+
+    name: str
+
+    def insert(self, table: Table) -> Insert:
+        """An ``INSERT`` that supports ``ON CONFLICT`` (``on_conflict_do_nothing/update``)."""
+
+    def for_update(self, statement: Select[Any]) -> Select[Any]:
+        """``statement`` holding its rows until commit (a no-op where writes are serialised)."""
+
+    def advisory_lock(self, session: Session, key: int) -> None:
+        """Serialise with other transactions taking ``key`` until commit."""
+
+    def analyze(self, session: Session, tables: Sequence[str]) -> None:
+        """Refresh the planner's statistics of ``tables`` (a no-op without a planner to feed)."""
+
+    def epoch_seconds(self, column: str) -> str:
+        """SQL for a timestamp column as whole seconds since the epoch (floor)."""
+
+    def load_staging(
+        self,
+        session: Session,
+        table: str,
+        columns: Sequence[tuple[str, str, str]],
+        rows: Iterable[Sequence[Any]],
+    ) -> None:
+        """Fill the per-connection temporary ``table`` (``(name, PostgreSQL type, SQLite type)``
+        columns) with ``rows``, emptied first or at every commit."""
+
+    def insert_staged_predictions(self, session: Session, params: Mapping[str, Any]) -> set[str]:
+        """Insert the staged predictions whose ids are new for ``:model`` (keys and payload);
+        return the ids inserted."""
+
+    def conflicting_staged_ids(self, session: Session, model: str) -> list[str]:
+        """Up to 20 staged prediction ids stored for ``model`` with other content."""
+
+    def record_staged_labels(self, session: Session, params: Mapping[str, Any]) -> list[LabelRow]:
+        """Insert the staged labels new for ``:model`` (joined when their prediction is stored);
+        return a ``LabelRow`` for each label inserted."""
+
+    def waiting_labels_with_predictions(
+        self, session: Session, model: str
+    ) -> list[tuple[Any, ...]]:
+        """Labels of ``model`` still waiting though their prediction is stored: ``(id, label,
+        label seconds, contract id, prediction seconds, slices JSON, inputs)``, locked."""
+
+    def after_prune(self, connection: Connection, cutoff: datetime) -> None:
+        """Whatever the backend's indexes need after rows before ``cutoff`` were deleted."""
+
+
+def backend_of(bind: Session | Connection) -> Backend:
+    """The ``Backend`` of a session's or a connection's database."""
+    from service.db.postgresql import POSTGRESQL
+    from service.db.sqlite import SQLITE
+
+    engine = bind.get_bind() if isinstance(bind, Session) else bind
+    return POSTGRESQL if engine.dialect.name == "postgresql" else SQLITE

@@ -1,0 +1,140 @@
+"""The PostgreSQL side of ``service.db.backend``: binary COPY staging, CTEs that insert and
+return in one round trip, advisory locks, planner statistics, and per-row primary-key probes
+fenced from the planner (``OFFSET 0``).
+
+``predictions`` is partitioned by day here (``service.db.partitions``); a prediction is found by
+its key in ``prediction_keys`` first, whose event time then selects the one daily partition to
+probe by its full primary key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Select, Table, bindparam, text
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.orm import Session
+
+from service.db.backend import LabelRow
+from service.db.types import UTCDateTime
+
+_NOW = bindparam("now", type_=UTCDateTime())
+
+
+def _epoch(column: str) -> str:
+    return f"floor(extract(epoch from {column}))::bigint"
+
+
+def _prediction_by_id(id_sql: str, columns: str) -> str:
+    """A subquery for the prediction of ``:model`` whose id is ``id_sql``: the key probed first,
+    its event time reaching the partitioned table as a run-time parameter, both probes fenced
+    (``OFFSET 0``) so the planner cannot flatten them into a scan of every partition."""
+    return (
+        f"SELECT p.* FROM (SELECT ts FROM prediction_keys WHERE model = :model AND id = {id_sql}"
+        f" OFFSET 0) k CROSS JOIN LATERAL (SELECT {columns} FROM predictions"
+        f" WHERE model = :model AND ts = k.ts AND id = {id_sql} OFFSET 0) p"
+    )
+
+
+_FOUND_COLUMNS = "contract_id, ts, slices, inputs"
+
+
+class PostgreSQL:
+    """The production backend (psycopg 3)."""
+
+    name = "postgresql"
+
+    def insert(self, table: Table) -> postgresql.Insert:
+        return postgresql.insert(table)
+
+    def for_update(self, statement: Select[Any]) -> Select[Any]:
+        return statement.with_for_update()
+
+    def advisory_lock(self, session: Session, key: int) -> None:
+        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+
+    def analyze(self, session: Session, tables: Sequence[str]) -> None:
+        for table in tables:
+            session.execute(text(f"ANALYZE {table}"))
+
+    def epoch_seconds(self, column: str) -> str:
+        return _epoch(column)
+
+    def load_staging(
+        self,
+        session: Session,
+        table: str,
+        columns: Sequence[tuple[str, str, str]],
+        rows: Iterable[Sequence[Any]],
+    ) -> None:
+        """Binary ``COPY`` into a temporary table emptied at every commit, then ``ANALYZE`` it so
+        the planner joins it to the big tables through their primary-key indexes."""
+        ddl = ", ".join(f"{name} {pg}" for name, pg, _ in columns)
+        session.execute(
+            text(f"CREATE TEMP TABLE IF NOT EXISTS {table} ({ddl}) ON COMMIT DELETE ROWS")
+        )
+        dbapi = session.connection().connection.dbapi_connection
+        assert dbapi is not None
+        names = ", ".join(name for name, _, _ in columns)
+        copy_sql = f"COPY {table} ({names}) FROM STDIN (FORMAT BINARY)"
+        with dbapi.cursor() as cursor, cursor.copy(copy_sql) as copy:  # type: ignore[attr-defined]
+            copy.set_types([pg for _, pg, _ in columns])
+            for row in rows:
+                copy.write_row(row)
+        session.execute(text(f"ANALYZE {table}"))
+
+    def insert_staged_predictions(self, session: Session, params: Mapping[str, Any]) -> set[str]:
+        statement = text(
+            "WITH k AS (INSERT INTO prediction_keys (model, id, ts, digest)"
+            " SELECT :model, id, ts, digest FROM stage_predictions"
+            " ON CONFLICT (model, id) DO NOTHING RETURNING id)"
+            " INSERT INTO predictions (model, ts, id, contract_id, cohort, slices, inputs,"
+            " received_at) SELECT :model, s.ts, s.id, :contract_id, s.cohort::json, s.slices,"
+            " s.inputs, :now FROM stage_predictions s JOIN k ON k.id = s.id RETURNING id"
+        ).bindparams(_NOW)
+        return set(session.execute(statement, params).scalars())
+
+    def conflicting_staged_ids(self, session: Session, model: str) -> list[str]:
+        return list(
+            session.scalars(
+                text(
+                    "SELECT s.id FROM stage_predictions s WHERE EXISTS (SELECT 1 FROM"
+                    " prediction_keys k WHERE k.model = :model AND k.id = s.id"
+                    " AND k.digest <> s.digest OFFSET 0) ORDER BY s.id LIMIT 20"
+                ),
+                {"model": model},
+            )
+        )
+
+    def record_staged_labels(self, session: Session, params: Mapping[str, Any]) -> list[LabelRow]:
+        statement = text(
+            "WITH found AS (SELECT s.id, s.label, s.ts, p.contract_id, p.ts AS pts,"
+            " p.slices, p.inputs FROM stage_labels s LEFT JOIN LATERAL"
+            f" ({_prediction_by_id('s.id', _FOUND_COLUMNS)}) p ON true),"
+            " ins AS (INSERT INTO labels (model, id, label, ts, received_at, joined)"
+            " SELECT :model, id, label, ts, :now, contract_id IS NOT NULL FROM found"
+            " ON CONFLICT (model, id) DO NOTHING RETURNING id)"
+            f" SELECT f.id, f.label, {_epoch('f.ts')}, f.contract_id IS NOT NULL, f.contract_id,"
+            f" {_epoch('f.pts')}, f.slices, f.inputs FROM found f JOIN ins ON ins.id = f.id"
+        ).bindparams(_NOW)
+        return [tuple(r) for r in session.execute(statement, params)]
+
+    def waiting_labels_with_predictions(
+        self, session: Session, model: str
+    ) -> list[tuple[Any, ...]]:
+        statement = text(
+            f"SELECT l.id, l.label, {_epoch('l.ts')}, p.contract_id, {_epoch('p.ts')}, p.slices,"
+            f" p.inputs FROM labels l CROSS JOIN LATERAL"
+            f" ({_prediction_by_id('l.id', _FOUND_COLUMNS)}) p"
+            " WHERE l.model = :model AND NOT l.joined FOR UPDATE OF l"
+        )
+        return [tuple(r) for r in session.execute(statement, {"model": model})]
+
+    def after_prune(self, connection: Connection, cutoff: datetime) -> None:
+        """Summarise the BRIN index of the keys' event times over what is left."""
+        connection.execute(text("SELECT brin_summarize_new_values('ix_prediction_keys_ts')"))
+
+
+POSTGRESQL = PostgreSQL()

@@ -1,0 +1,150 @@
+"""The SQLite side of ``service.db.backend``: the embedded default.
+
+SQLite serialises writers (``BEGIN IMMEDIATE``, ``service.db.database``), so locks are no-ops;
+its planner always probes a primary key, so no statement needs fencing; it keeps ``predictions``
+as one table. ``INSERT ... SELECT ... ON CONFLICT`` needs a ``WHERE`` before ``ON CONFLICT``
+(a parser ambiguity), hence the ``WHERE true``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Select, Table, bindparam, text
+from sqlalchemy.dialects import sqlite
+from sqlalchemy.orm import Session
+from sqlalchemy.types import TypeEngine
+
+from service.db.backend import LabelRow
+from service.db.types import UTCDateTime
+
+_NOW = bindparam("now", type_=UTCDateTime())
+_BIND_TYPES: dict[str, TypeEngine[Any]] = {"ts": UTCDateTime()}
+#: A prediction joined to its key (``k``) by the full primary key.
+_PAYLOAD_OF_KEY = "JOIN predictions p ON p.model = k.model AND p.ts = k.ts AND p.id = k.id"
+
+
+def _epoch(column: str) -> str:
+    return f"CAST(strftime('%s', {column}) AS INTEGER)"
+
+
+class SQLite:
+    """The embedded backend."""
+
+    name = "sqlite"
+
+    def insert(self, table: Table) -> sqlite.Insert:
+        return sqlite.insert(table)
+
+    def for_update(self, statement: Select[Any]) -> Select[Any]:
+        return statement
+
+    def advisory_lock(self, session: Session, key: int) -> None:
+        return None
+
+    def analyze(self, session: Session, tables: Sequence[str]) -> None:
+        return None
+
+    def epoch_seconds(self, column: str) -> str:
+        return _epoch(column)
+
+    def load_staging(
+        self,
+        session: Session,
+        table: str,
+        columns: Sequence[tuple[str, str, str]],
+        rows: Iterable[Sequence[Any]],
+    ) -> None:
+        ddl = ", ".join(f"{name} {lite}" for name, _, lite in columns)
+        session.execute(text(f"CREATE TEMP TABLE IF NOT EXISTS {table} ({ddl})"))
+        session.execute(text(f"DELETE FROM {table}"))
+        names = [name for name, _, _ in columns]
+        statement = text(
+            f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join(':' + n for n in names)})"
+        ).bindparams(*(bindparam(n, type_=_BIND_TYPES[n]) for n in names if n in _BIND_TYPES))
+        params = [dict(zip(names, row, strict=True)) for row in rows]
+        if params:
+            session.execute(statement, params)
+
+    def insert_staged_predictions(self, session: Session, params: Mapping[str, Any]) -> set[str]:
+        inserted = set(
+            session.execute(
+                text(
+                    "INSERT INTO prediction_keys (model, id, ts, digest) SELECT :model, id, ts,"
+                    " digest FROM stage_predictions WHERE true"
+                    " ON CONFLICT (model, id) DO NOTHING RETURNING id"
+                ),
+                params,
+            ).scalars()
+        )
+        if inserted:
+            session.execute(
+                text(
+                    "INSERT INTO predictions (model, ts, id, contract_id, cohort, slices, inputs,"
+                    " received_at) SELECT :model, s.ts, s.id, :contract_id, s.cohort, s.slices,"
+                    " s.inputs, :now FROM stage_predictions s WHERE EXISTS (SELECT 1 FROM"
+                    " prediction_keys k WHERE k.model = :model AND k.id = s.id AND"
+                    " k.digest = s.digest) ON CONFLICT (model, ts, id) DO NOTHING"
+                ).bindparams(_NOW),
+                params,
+            )
+        return inserted
+
+    def conflicting_staged_ids(self, session: Session, model: str) -> list[str]:
+        return list(
+            session.scalars(
+                text(
+                    "SELECT s.id FROM stage_predictions s WHERE EXISTS (SELECT 1 FROM"
+                    " prediction_keys k WHERE k.model = :model AND k.id = s.id"
+                    " AND k.digest <> s.digest) ORDER BY s.id LIMIT 20"
+                ),
+                {"model": model},
+            )
+        )
+
+    def record_staged_labels(self, session: Session, params: Mapping[str, Any]) -> list[LabelRow]:
+        exists = "EXISTS (SELECT 1 FROM prediction_keys k WHERE k.model = :model AND k.id = s.id)"
+        inserted = session.execute(
+            text(
+                "INSERT INTO labels (model, id, label, ts, received_at, joined)"
+                f" SELECT CAST(:model AS VARCHAR), s.id, s.label, s.ts, :now, {exists}"
+                " FROM stage_labels s WHERE true ON CONFLICT (model, id) DO NOTHING"
+                " RETURNING id, label, joined"
+            ).bindparams(_NOW),
+            params,
+        ).all()
+        fresh = {row[0] for row in inserted}
+        found = {
+            row[0]: tuple(row)
+            for row in session.execute(
+                text(
+                    f"SELECT s.id, {_epoch('s.ts')}, p.contract_id, {_epoch('p.ts')}, p.slices,"
+                    " p.inputs FROM stage_labels s JOIN prediction_keys k ON k.model = :model"
+                    f" AND k.id = s.id {_PAYLOAD_OF_KEY}"
+                ),
+                {"model": params["model"]},
+            )
+            if row[0] in fresh
+        }
+        return [
+            (i, lab, found[i][1], joined, *found[i][2:]) if joined else (i, lab, None, joined)
+            for i, lab, joined in inserted
+        ]
+
+    def waiting_labels_with_predictions(
+        self, session: Session, model: str
+    ) -> list[tuple[Any, ...]]:
+        statement = text(
+            f"SELECT l.id, l.label, {_epoch('l.ts')}, p.contract_id, {_epoch('p.ts')}, p.slices,"
+            " p.inputs FROM labels l JOIN prediction_keys k ON k.model = l.model"
+            f" AND k.id = l.id {_PAYLOAD_OF_KEY} WHERE l.model = :model AND NOT l.joined"
+        )
+        return [tuple(r) for r in session.execute(statement, {"model": model})]
+
+    def after_prune(self, connection: Connection, cutoff: datetime) -> None:
+        return None
+
+
+SQLITE = SQLite()
