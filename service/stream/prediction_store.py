@@ -8,11 +8,12 @@ from datetime import datetime
 from typing import Any, cast
 
 import numpy as np
-from sqlalchemy import CursorResult, bindparam, text
+from sqlalchemy import CursorResult, bindparam, delete, func, select, text
 from sqlalchemy.orm import Session
 
 from service.db import staging
 from service.db.backend import backend_of
+from service.db.models import LabelRecord
 from service.db.types import UTCDateTime
 
 _TS = UTCDateTime()
@@ -123,21 +124,19 @@ def record_labels(
 
 def count_waiting_labels(session: Session, model: str) -> int:
     """How many labels of ``model`` wait for their prediction (through their partial index)."""
-    return int(
-        session.scalar(
-            text("SELECT count(*) FROM labels WHERE model = :model AND NOT joined"),
-            {"model": model},
-        )
-        or 0
-    )
+    waiting = select(func.count()).where(LabelRecord.model == model, LabelRecord.joined.is_(False))
+    return int(session.scalar(waiting) or 0)
 
 
 def delete_waiting_labels(session: Session, model: str, ids: Sequence[str]) -> None:
     """Remove waiting labels ``ids`` of ``model`` (labels this transaction has just stored)."""
     if ids:
         session.execute(
-            text("DELETE FROM labels WHERE model = :model AND id = :id AND NOT joined"),
-            [{"model": model, "id": i} for i in ids],
+            delete(LabelRecord).where(
+                LabelRecord.model == model,
+                LabelRecord.id.in_(ids),
+                LabelRecord.joined.is_(False),
+            )
         )
 
 
@@ -145,10 +144,11 @@ def expire_waiting_labels(session: Session, model: str, received_before: datetim
     """Delete the labels of ``model`` still waiting for their prediction that were received
     before ``received_before``; returns how many."""
     result = session.execute(
-        text(
-            "DELETE FROM labels WHERE model = :model AND NOT joined AND received_at < :cutoff"
-        ).bindparams(bindparam("cutoff", type_=_TS)),
-        {"model": model, "cutoff": received_before},
+        delete(LabelRecord).where(
+            LabelRecord.model == model,
+            LabelRecord.joined.is_(False),
+            LabelRecord.received_at < received_before,
+        )
     )
     return int(cast(CursorResult[Any], result).rowcount)
 

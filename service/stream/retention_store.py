@@ -10,16 +10,19 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, bindparam, func, select, text
+from sqlalchemy import CursorResult, delete, func, select
 from sqlalchemy.orm import Session
 from sqlalchemy.sql import Executable
 
 from service.db import partitions
 from service.db.backend import backend_of
-from service.db.models import ModelRecord, PruneRecord
-from service.db.types import UTCDateTime
-
-_CUTOFF = bindparam("cutoff", type_=UTCDateTime())
+from service.db.models import (
+    LabelRecord,
+    ModelRecord,
+    PredictionKey,
+    PredictionRecord,
+    PruneRecord,
+)
 
 
 @dataclass(frozen=True)
@@ -31,8 +34,8 @@ class PruneCounts:
     labels: int
 
 
-def _deleted(session: Session, statement: Executable, params: dict[str, Any]) -> int:
-    return int(cast(CursorResult[Any], session.execute(statement, params)).rowcount)
+def _deleted(session: Session, statement: Executable) -> int:
+    return int(cast(CursorResult[Any], session.execute(statement)).rowcount)
 
 
 def prune_before(session: Session, cutoff: datetime, now: datetime) -> PruneCounts:
@@ -45,18 +48,13 @@ def prune_before(session: Session, cutoff: datetime, now: datetime) -> PruneCoun
     """
     connection = session.connection()
     dropped = partitions.drop_partitions_before(connection, cutoff)
-    params = {"cutoff": cutoff}
-    session.execute(text("DELETE FROM predictions WHERE ts < :cutoff").bindparams(_CUTOFF), params)
+    session.execute(delete(PredictionRecord).where(PredictionRecord.ts < cutoff))
     backend_of(session).after_prune(connection, cutoff)
-    predictions = _deleted(
-        session, text("DELETE FROM prediction_keys WHERE ts < :cutoff").bindparams(_CUTOFF), params
-    )
+    predictions = _deleted(session, delete(PredictionKey).where(PredictionKey.ts < cutoff))
     labels = 0
     for model in session.scalars(select(ModelRecord.name).order_by(ModelRecord.name)):
         labels += _deleted(
-            session,
-            text("DELETE FROM labels WHERE model = :model AND ts < :cutoff").bindparams(_CUTOFF),
-            {"model": model, "cutoff": cutoff},
+            session, delete(LabelRecord).where(LabelRecord.model == model, LabelRecord.ts < cutoff)
         )
     counts = PruneCounts(len(dropped), predictions, labels)
     session.add(
