@@ -51,7 +51,8 @@ from service.contracts.fitting import fit_contract_spec
 from service.contracts.labeled_sets import LabeledSet
 from service.contracts.model import Contract
 from service.contracts.requests import FitRequest, parse_spec_fields
-from service.gate.checks import GateRequest, evaluate_gate, parse_gate_request
+from service.gate.checks import evaluate_gate
+from service.gate.requests import GateRequest, parse_gate_request
 
 SEED = 20260301
 BINS = 15

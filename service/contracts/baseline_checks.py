@@ -11,12 +11,92 @@ from service.calibration import CalibrationInputError
 from service.calibration.nll_comparison import NllDifference
 from service.calibration.readings import Reading
 from service.common.errors import ErrorCollector
+from service.common.fields import Custom, Integer, Number, Obj
 from service.common.values import expect_object
+from service.contracts.model import MAX_BIN_EDGES, MAX_CLASSES
 
 #: Largest NLL a baseline may state, in nats (``service.contracts.requests``).
 MAX_NLL = 1e9
 #: Largest expected cost a binary baseline may state: the largest cost a policy may set.
 MAX_COST = 1e6
+
+_FRACTION = Number(0, 1).schema()
+_NULLABLE_FRACTION = Number(0, 1, nullable=True).schema()
+_CI = {"type": "array", "minItems": 2, "maxItems": 2, "items": _FRACTION}
+_POSITIVE_COUNT = Integer(1).schema()
+_BIN = Obj(
+    {
+        "lo": Number(0, 1),
+        "hi": Number(0, 1),
+        "n": Integer(1),
+        "mean_confidence": Number(0, 1),
+        "accuracy": Number(0, 1),
+        "ci": Custom(lambda *_: None, _CI),
+    },
+    required=("lo", "hi", "n", "mean_confidence", "accuracy", "ci"),
+)
+#: A reading as registered (``parse_baseline`` states the rules a schema cannot: bins on
+#: consecutive edges adding up to n, K label counts, the keys of the contract's task).
+READING_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "n": _POSITIVE_COUNT,
+        "ece": _FRACTION,
+        "ece_debiased": _NULLABLE_FRACTION,
+        "ece_ci": _CI,
+        "calibration_p_value": _NULLABLE_FRACTION,
+        "mce": _NULLABLE_FRACTION,
+        "mce_n": {"type": ["integer", "null"]},
+        "nll": Number(0, MAX_NLL).schema(),
+        "brier": Number(0, 2).schema(),
+        "accuracy": _FRACTION,
+        "mean_confidence": _FRACTION,
+        "bins": {"type": "array", "maxItems": MAX_BIN_EDGES - 1, "items": _BIN.schema()},
+        "label_counts": {
+            "type": "array",
+            "minItems": 2,
+            "maxItems": MAX_CLASSES,
+            "items": Integer(0).schema(),
+        },
+        "classwise_ece": {"type": ["number", "null"]},
+        "auc": {"type": ["number", "null"]},
+        "prevalence": {"type": ["number", "null"]},
+        "mean_score": {"type": ["number", "null"]},
+        "threshold": {"type": ["number", "null"]},
+        "expected_cost": Number(0, MAX_COST, nullable=True).schema(),
+    },
+    "required": [
+        "n",
+        "ece",
+        "ece_ci",
+        "mce",
+        "nll",
+        "brier",
+        "accuracy",
+        "mean_confidence",
+        "bins",
+        "label_counts",
+    ],
+    "additionalProperties": False,
+}
+_SPLIT_SCHEMA = Obj(
+    {
+        "uncalibrated": Custom(lambda *_: None, READING_SCHEMA),
+        "calibrated": Custom(lambda *_: None, READING_SCHEMA),
+        "nll_difference": Obj(
+            {"n": Integer(1), "mean": Number(-MAX_NLL, MAX_NLL), "sd": Number(0, MAX_NLL)},
+            required=("n", "mean", "sd"),
+        ),
+    },
+    required=("uncalibrated", "calibrated"),
+).schema()
+#: ``{"fit"|"eval": {"uncalibrated": R, "calibrated": R, "nll_difference"?: D}}``.
+BASELINE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"fit": _SPLIT_SCHEMA, "eval": _SPLIT_SCHEMA},
+    "required": ["fit", "eval"],
+    "additionalProperties": False,
+}
 
 _BINARY_READING_KEYS = ("auc", "prevalence", "mean_score", "threshold")
 _BINARY_ONLY_KEYS = (*_BINARY_READING_KEYS, "expected_cost")

@@ -12,6 +12,42 @@ import numpy as np
 from service.calibration._checks import MAX_ABS_LOGIT
 from service.common.errors import ErrorCollector
 from service.common.values import expect_object, finite_float
+from service.contracts.model import MAX_CLASSES
+
+#: ``{"logits": [[...K numbers]...], "labels": [...]}`` (multiclass) or ``{"scores": [...],
+#: "labels": [...]}`` (binary); labels are class indices or names.
+LABELED_SET_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "logits": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "array",
+                "minItems": 2,
+                "maxItems": MAX_CLASSES,
+                "items": {"type": "number", "minimum": -MAX_ABS_LOGIT, "maximum": MAX_ABS_LOGIT},
+            },
+        },
+        "scores": {
+            "type": "array",
+            "minItems": 1,
+            "items": {"type": "number", "minimum": 0, "maximum": 1},
+        },
+        "labels": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "oneOf": [
+                    {"type": "integer", "minimum": 0},
+                    {"type": "string", "minLength": 1},
+                ]
+            },
+        },
+    },
+    "required": ["labels"],
+    "additionalProperties": False,
+}
 
 
 @dataclass(frozen=True)

@@ -34,27 +34,37 @@ import numpy as np
 
 from service.calibration import (
     CalibrationInputError,
-    Calibrator,
     DriftPolicy,
     calibrator_from_dict,
     default_edges,
     validate_edges,
 )
-from service.calibration.calibrators import check_bounds
-from service.common.errors import ErrorCollector, LeakageError
-from service.common.values import (
-    NAME_PATTERN,
-    expect_int,
-    expect_number,
-    expect_object,
-    expect_str,
-    expect_timestamp,
-    finite_float,
-    format_timestamp,
+from service.calibration.calibrators import (
+    MAX_PLATT_INTERCEPT,
+    MAX_PLATT_SLOPE,
+    MAX_TEMPERATURE,
+    MIN_PLATT_SLOPE,
+    MIN_TEMPERATURE,
+    check_bounds,
 )
-from service.contracts.baseline_checks import MAX_COST, parse_baseline
-from service.contracts.labeled_sets import LabeledSet, parse_labeled_set
+from service.common.errors import ErrorCollector, LeakageError
+from service.common.fields import (
+    Body,
+    Context,
+    Custom,
+    Field,
+    Integer,
+    Number,
+    Obj,
+    Text,
+    Timestamp,
+)
+from service.common.values import NAME_PATTERN, expect_str, finite_float, format_timestamp
+from service.contracts.baseline_checks import BASELINE_SCHEMA, MAX_COST, parse_baseline
+from service.contracts.labeled_sets import LABELED_SET_SCHEMA, LabeledSet, parse_labeled_set
 from service.contracts.model import (
+    MAX_BIN_EDGES,
+    MAX_CLASSES,
     TASKS,
     Baseline,
     ContractSpec,
@@ -66,35 +76,11 @@ from service.contracts.model import (
 OBJECTIVES = ("nll",)
 DEFAULT_BINARY_CLASSES = ("negative", "positive")
 DEFAULT_POLICY = {"max_ece": 0.05, "max_ece_increase": 0.02, "min_labeled": 200}
-MAX_CLASSES = 1000
-MAX_BIN_EDGES = 101
 MIN_COST = 1e-6
 MAX_TEXT_LENGTH = 2000
 _SHA256_HEX = 64
 
-#: Fields a client supplies, common to registering and fitting.
-SPEC_FIELDS = (
-    "model",
-    "checkpoint",
-    "task",
-    "classes",
-    "objective",
-    "population",
-    "outcome",
-    "data_window",
-    "split",
-    "bin_edges",
-    "policy",
-)
-_REQUIRED_SPEC_FIELDS = (
-    "model",
-    "checkpoint",
-    "task",
-    "population",
-    "outcome",
-    "data_window",
-    "split",
-)
+_FINGERPRINT_SCHEMA = {"type": ["string", "null"], "pattern": "^[0-9a-fA-F]{64}$"}
 
 
 def _calibration_field(errors: ErrorCollector, field: str, exc: CalibrationInputError) -> None:
@@ -102,45 +88,48 @@ def _calibration_field(errors: ErrorCollector, field: str, exc: CalibrationInput
     errors.add(name if name.startswith(field) else f"{field}.{name}".rstrip("."), exc.message)
 
 
-def _parse_classes(value: Any, task: str | None, errors: ErrorCollector) -> tuple[str, ...]:
+def _classes(value: Any, path: str, errors: ErrorCollector, context: Context) -> tuple[str, ...]:
+    """K unique class names; a binary contract defaults to ``[negative, positive]``."""
+    task = context.values.get("task")
     if value is None:
         if task == "multiclass":
-            errors.add("classes", "required for a multiclass contract (K >= 2 class names)")
+            errors.add(path, "required for a multiclass contract (K >= 2 class names)")
         return DEFAULT_BINARY_CLASSES
     if not isinstance(value, list):
-        errors.add("classes", "expected a list of class names")
+        errors.add(path, "expected a list of class names")
         return ()
     if len(value) > MAX_CLASSES:
-        errors.add("classes", f"at most {MAX_CLASSES} classes (K), got {len(value)}")
+        errors.add(path, f"at most {MAX_CLASSES} classes (K), got {len(value)}")
         return ()
     names = tuple(
-        n for i, v in enumerate(value) if (n := expect_str(v, f"classes[{i}]", errors)) is not None
+        n for i, v in enumerate(value) if (n := expect_str(v, f"{path}[{i}]", errors)) is not None
     )
     if len(names) != len(value):
         return ()
     if len(set(names)) != len(names):
-        errors.add("classes", "class names must be unique")
+        errors.add(path, "class names must be unique")
     if task == "multiclass" and len(names) < 2:
-        errors.add("classes", f"a multiclass contract needs K >= 2 classes, got {len(names)}")
+        errors.add(path, f"a multiclass contract needs K >= 2 classes, got {len(names)}")
     if task == "binary" and len(names) != 2:
-        errors.add("classes", "a binary contract has exactly two classes [negative, positive]")
+        errors.add(path, "a binary contract has exactly two classes [negative, positive]")
     return names
 
 
-def _parse_data_window(value: Any, errors: ErrorCollector, now: datetime) -> DataWindow | None:
-    window = expect_object(value, "data_window", errors, required=("start", "end"))
-    if window is None:
+_DATA_WINDOW = Obj({"start": Timestamp(), "end": Timestamp()}, required=("start", "end"))
+
+
+def _data_window(value: Any, path: str, errors: ErrorCollector, context: Context) -> Any:
+    window = _DATA_WINDOW.parse(value, path, errors, context)
+    if window is None or window.get("start") is None or window.get("end") is None:
         return None
-    start = expect_timestamp(window.get("start"), "data_window.start", errors, now=now)
-    end = expect_timestamp(window.get("end"), "data_window.end", errors, now=now)
-    if start is None or end is None:
-        return None
+    start, end = window["start"], window["end"]
     if end < start:
-        errors.add("data_window.end", "must not be before data_window.start")
+        errors.add(f"{path}.end", f"must not be before {path}.start")
     return DataWindow(format_timestamp(start), format_timestamp(end))
 
 
-def _parse_fingerprint(value: Any, path: str, errors: ErrorCollector) -> str | None:
+def _fingerprint(value: Any, path: str, errors: ErrorCollector, context: Context) -> str | None:
+    """A SHA-256 as 64 hexadecimal characters (stored lower-case), or null."""
     if value is None:
         return None
     text = expect_str(value, path, errors, max_length=_SHA256_HEX)
@@ -153,127 +142,196 @@ def _parse_fingerprint(value: Any, path: str, errors: ErrorCollector) -> str | N
     return hex_part
 
 
-def _parse_split(value: Any, errors: ErrorCollector) -> Split | None:
-    split = expect_object(
-        value,
-        "split",
-        errors,
-        required=("method",),
-        optional=("fit_fingerprint", "eval_fingerprint"),
-    )
-    if split is None:
+_SPLIT = Obj(
+    {
+        "method": Text(max_length=MAX_TEXT_LENGTH),
+        "fit_fingerprint": Custom(_fingerprint, _FINGERPRINT_SCHEMA, nullable=True),
+        "eval_fingerprint": Custom(_fingerprint, _FINGERPRINT_SCHEMA, nullable=True),
+    },
+    required=("method",),
+)
+
+
+def _split(value: Any, path: str, errors: ErrorCollector, context: Context) -> Split | None:
+    split = _SPLIT.parse(value, path, errors, context)
+    if split is None or split.get("method") is None:
         return None
-    method = expect_str(split.get("method"), "split.method", errors, max_length=MAX_TEXT_LENGTH)
-    fit, held_out = (
-        _parse_fingerprint(split.get(key), f"split.{key}", errors)
-        for key in ("fit_fingerprint", "eval_fingerprint")
-    )
-    return None if method is None else Split(method, fit, held_out)
+    return Split(split["method"], split.get("fit_fingerprint"), split.get("eval_fingerprint"))
 
 
-def _parse_edges(value: Any, errors: ErrorCollector) -> tuple[float, ...]:
+def _edges(value: Any, path: str, errors: ErrorCollector, context: Context) -> tuple[float, ...]:
+    """Strictly increasing from 0 to 1, at most ``MAX_BIN_EDGES``; default 15 equal bins."""
     if value is None:
         return tuple(float(e) for e in default_edges())
     if not isinstance(value, list):
-        errors.add("bin_edges", "expected a list of numbers")
+        errors.add(path, "expected a list of numbers")
         return ()
     if len(value) > MAX_BIN_EDGES:
-        errors.add("bin_edges", f"at most {MAX_BIN_EDGES} edges, got {len(value)}")
+        errors.add(path, f"at most {MAX_BIN_EDGES} edges, got {len(value)}")
         return ()
     for i, v in enumerate(value):
         if isinstance(v, bool) or not isinstance(v, int | float) or finite_float(v) is None:
-            errors.add(f"bin_edges[{i}]", "expected a finite number")
+            errors.add(f"{path}[{i}]", "expected a finite number")
             return ()
     try:
         return tuple(float(e) for e in validate_edges(np.asarray(value, dtype=np.float64)))
     except CalibrationInputError as exc:
-        errors.add("bin_edges", str(exc))
+        errors.add(path, str(exc))
         return ()
+
+
+#: A drift policy; absent thresholds take ``DEFAULT_POLICY``'s values.
+DRIFT_POLICY = Obj(
+    {
+        "max_ece": Number(0, 1, default=DEFAULT_POLICY["max_ece"]),
+        "max_ece_increase": Number(0, 1, default=DEFAULT_POLICY["max_ece_increase"]),
+        "min_labeled": Integer(0, default=DEFAULT_POLICY["min_labeled"]),
+        "c_fp": Number(MIN_COST, MAX_COST),
+        "c_fn": Number(MIN_COST, MAX_COST),
+    }
+)
+
+
+def _policy(value: Any, path: str, errors: ErrorCollector, context: Context) -> dict[str, Any]:
+    """A drift policy's stored form; ``null`` or absent is every default."""
+    if value is None:
+        return dict(DEFAULT_POLICY)
+    policy = DRIFT_POLICY.parse(value, path, errors, context)
+    if policy is None:
+        return {}
+    if ("c_fp" in value) != ("c_fn" in value):
+        errors.add(f"{path}.c_fp", "set both c_fp and c_fn, or neither")
+    return policy
 
 
 def parse_policy(value: Any, errors: ErrorCollector, path: str = "policy") -> dict[str, Any]:
     """Validate a drift policy (defaults fill missing thresholds); return its stored form."""
-    if value is None:
-        return dict(DEFAULT_POLICY)
-    policy = expect_object(
-        value, path, errors, optional=("max_ece", "max_ece_increase", "min_labeled", "c_fp", "c_fn")
+    return _policy(value, path, errors, Context(datetime.now(UTC)))
+
+
+def _calibrator(value: Any, path: str, errors: ErrorCollector, context: Context) -> Any:
+    """A calibrator for the contract's task within the parameter bounds a client may set."""
+    try:
+        calibrator = calibrator_from_dict(value)
+        check_bounds(calibrator)
+    except CalibrationInputError as exc:
+        _calibration_field(errors, path, exc)
+        return None
+    problem = method_problem(calibrator.to_dict()["method"], context.values.get("task"))
+    if problem is not None:
+        errors.add(f"{path}.method", problem)
+    return calibrator
+
+
+CALIBRATOR_SCHEMA: dict[str, Any] = {
+    "oneOf": [
+        Obj(
+            {
+                "method": Text(choices=("temperature",)),
+                "temperature": Number(MIN_TEMPERATURE, MAX_TEMPERATURE),
+            },
+            required=("method", "temperature"),
+        ).schema(),
+        Obj(
+            {
+                "method": Text(choices=("platt",)),
+                "slope": Number(MIN_PLATT_SLOPE, MAX_PLATT_SLOPE),
+                "intercept": Number(-MAX_PLATT_INTERCEPT, MAX_PLATT_INTERCEPT),
+            },
+            required=("method", "slope", "intercept"),
+        ).schema(),
+        Obj({"method": Text(choices=("identity",))}, required=("method",)).schema(),
+    ]
+}
+
+
+def _baseline(value: Any, path: str, errors: ErrorCollector, context: Context) -> Any:
+    values = context.values
+    return parse_baseline(
+        value,
+        errors,
+        task=values["task"],
+        n_classes=len(values.get("classes") or ()),
+        edges=values.get("bin_edges") or (),
     )
-    if policy is None:
-        return {}
-    merged = {**DEFAULT_POLICY, **policy}
-    out: dict[str, Any] = {
-        "max_ece": expect_number(
-            merged["max_ece"], f"{path}.max_ece", errors, minimum=0, maximum=1
-        ),
-        "max_ece_increase": expect_number(
-            merged["max_ece_increase"], f"{path}.max_ece_increase", errors, minimum=0, maximum=1
-        ),
-        "min_labeled": expect_int(merged["min_labeled"], f"{path}.min_labeled", errors, minimum=0),
-    }
-    if ("c_fp" in policy) != ("c_fn" in policy):
-        errors.add(f"{path}.c_fp", "set both c_fp and c_fn, or neither")
-    for key in ("c_fp", "c_fn"):
-        if key in policy:
-            out[key] = expect_number(
-                policy[key], f"{path}.{key}", errors, minimum=MIN_COST, maximum=MAX_COST
-            )
-    return out
+
+
+def _labeled_set(value: Any, path: str, errors: ErrorCollector, context: Context) -> Any:
+    task, classes = context.values.get("task"), context.values.get("classes")
+    if task is None or not classes:
+        return None
+    return parse_labeled_set(value, path, task=task, classes=classes, errors=errors)
+
+
+#: The fields a client supplies, common to registering and fitting, in the order they are read.
+SPEC: dict[str, Field] = {
+    "model": Text(pattern=NAME_PATTERN),
+    "checkpoint": Text(),
+    "task": Text(choices=TASKS),
+    "classes": Custom(
+        _classes,
+        {
+            "type": "array",
+            "minItems": 2,
+            "maxItems": MAX_CLASSES,
+            "uniqueItems": True,
+            "items": Text().schema(),
+        },
+        nullable=True,
+    ),
+    "objective": Text(choices=OBJECTIVES, default="nll"),
+    "population": Text(max_length=MAX_TEXT_LENGTH),
+    "outcome": Text(max_length=MAX_TEXT_LENGTH),
+    "data_window": Custom(_data_window, _DATA_WINDOW.schema()),
+    "split": Custom(_split, _SPLIT.schema()),
+    "bin_edges": Custom(
+        _edges,
+        {"type": "array", "items": Number(0, 1).schema(), "minItems": 2, "maxItems": MAX_BIN_EDGES},
+        nullable=True,
+    ),
+    "policy": Custom(_policy, DRIFT_POLICY.schema(), nullable=True),
+}
+SPEC_REQUIRED = ("model", "checkpoint", "task", "population", "outcome", "data_window", "split")
+
+REGISTRATION = Body(
+    "ContractRegistration",
+    Obj(
+        {
+            **SPEC,
+            "calibrator": Custom(_calibrator, CALIBRATOR_SCHEMA),
+            "baseline": Custom(_baseline, BASELINE_SCHEMA),
+        },
+        required=(*SPEC_REQUIRED, "calibrator", "baseline"),
+    ),
+)
+METHODS = ("temperature", "platt")
+FIT = Body(
+    "ContractFit",
+    Obj(
+        {
+            **SPEC,
+            "method": Text(choices=METHODS),
+            "fit": Custom(_labeled_set, LABELED_SET_SCHEMA),
+            "eval": Custom(_labeled_set, LABELED_SET_SCHEMA),
+        },
+        required=(*SPEC_REQUIRED, "method", "fit", "eval"),
+    ),
+)
+RETIREMENT = Body("Retirement", Obj({"reason": Text(max_length=MAX_TEXT_LENGTH)}, ("reason",)))
+
+
+def _spec_fields(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The spec's fields of parsed values, None for those missing."""
+    return {name: values.get(name) for name in SPEC}
 
 
 def parse_spec_fields(
     body: Mapping[str, Any], errors: ErrorCollector, now: datetime | None = None
 ) -> dict[str, Any]:
-    """Validate the client-supplied fields shared by register and fit; record every problem.
-
-    ``now`` is the time of receipt the data window is checked against (default: the current
-    time)."""
-    now = now or datetime.now(UTC)
-    for key in _REQUIRED_SPEC_FIELDS:
-        if key not in body:
-            errors.add(key, "required field is missing")
-    task = expect_str(body.get("task"), "task", errors, choices=TASKS) if "task" in body else None
-    fields: dict[str, Any] = {
-        "model": expect_str(body.get("model"), "model", errors, pattern=NAME_PATTERN)
-        if "model" in body
-        else None,
-        "checkpoint": expect_str(body.get("checkpoint"), "checkpoint", errors)
-        if "checkpoint" in body
-        else None,
-        "task": task,
-        "classes": _parse_classes(body.get("classes"), task, errors),
-        "objective": expect_str(
-            body.get("objective", "nll"), "objective", errors, choices=OBJECTIVES
-        ),
-        "population": expect_str(
-            body.get("population"), "population", errors, max_length=MAX_TEXT_LENGTH
-        )
-        if "population" in body
-        else None,
-        "outcome": expect_str(body.get("outcome"), "outcome", errors, max_length=MAX_TEXT_LENGTH)
-        if "outcome" in body
-        else None,
-        "data_window": _parse_data_window(body.get("data_window"), errors, now)
-        if "data_window" in body
-        else None,
-        "split": _parse_split(body.get("split"), errors) if "split" in body else None,
-        "bin_edges": _parse_edges(body.get("bin_edges"), errors),
-        "policy": parse_policy(body.get("policy"), errors),
-    }
-    return fields
-
-
-def parse_calibrator(value: Any, task: str | None, errors: ErrorCollector) -> Calibrator | None:
-    """Validate a calibrator object for ``task`` within the parameter bounds a client may set."""
-    try:
-        calibrator = calibrator_from_dict(value)
-        check_bounds(calibrator)
-    except CalibrationInputError as exc:
-        _calibration_field(errors, "calibrator", exc)
-        return None
-    problem = method_problem(calibrator.to_dict()["method"], task)
-    if problem is not None:
-        errors.add("calibrator.method", problem)
-    return calibrator
+    """Validate the client-supplied fields shared by register and fit, as in a registration
+    (``now``, default the current time, is the time of receipt); record every problem."""
+    spec_only = Body("ContractSpec", Obj(SPEC, SPEC_REQUIRED))
+    return _spec_fields(spec_only.parse(body, errors, now or datetime.now(UTC)))
 
 
 def check_disjoint(split: Split) -> None:
@@ -286,32 +344,18 @@ def check_disjoint(split: Split) -> None:
         )
 
 
-def parse_registration(body: Mapping[str, Any], now: datetime | None = None) -> ContractSpec:
+def parse_registration(body: Any, now: datetime | None = None) -> ContractSpec:
     """Validate a ``POST /v1/contracts`` body into a spec, or raise listing every problem.
 
     ``now`` is the time of receipt (default: the current time)."""
     errors = ErrorCollector()
-    expect_object(body, "", errors, required=("calibrator", "baseline"), optional=SPEC_FIELDS)
-    fields = parse_spec_fields(body, errors, now)
-    calibrator = (
-        parse_calibrator(body.get("calibrator"), fields["task"], errors)
-        if "calibrator" in body
-        else None
-    )
-    baseline = (
-        parse_baseline(
-            body.get("baseline"),
-            errors,
-            task=fields["task"],
-            n_classes=len(fields["classes"]),
-            edges=fields["bin_edges"],
-        )
-        if "baseline" in body
-        else None
-    )
+    values = REGISTRATION.parse(body, errors, now or datetime.now(UTC))
     errors.raise_if_any("the contract has invalid fields")
-    assert calibrator is not None and baseline is not None
-    spec = spec_of(fields, calibrator=calibrator, baseline=Baseline(baseline))
+    spec = spec_of(
+        _spec_fields(values),
+        calibrator=values["calibrator"],
+        baseline=Baseline(values["baseline"]),
+    )
     check_disjoint(spec.split)
     return spec
 
@@ -324,9 +368,6 @@ def spec_of(fields: Mapping[str, Any], **rest: Any) -> ContractSpec:
     return ContractSpec(**values)
 
 
-METHODS = ("temperature", "platt")
-
-
 @dataclass(frozen=True)
 class FitRequest:
     """A validated ``POST /v1/contracts/fit`` body."""
@@ -337,27 +378,21 @@ class FitRequest:
     eval: LabeledSet
 
 
-def parse_fit_request(body: Mapping[str, Any]) -> FitRequest:
+def parse_fit_request(body: Any, now: datetime | None = None) -> FitRequest:
     """Validate the body, listing every problem in one ``ValidationFailed``."""
     errors = ErrorCollector()
-    expect_object(body, "", errors, required=("method", "fit", "eval"), optional=SPEC_FIELDS)
-    fields = parse_spec_fields(body, errors)
-    method = (
-        expect_str(body.get("method"), "method", errors, choices=METHODS)
-        if "method" in body
-        else None
-    )
-    task, classes = fields["task"], fields["classes"]
-    problem = None if method is None else method_problem(method, task)
+    values = FIT.parse(body, errors, now or datetime.now(UTC))
+    method = values.get("method")
+    problem = None if method is None else method_problem(method, values.get("task"))
     if problem is not None:
         errors.add("method", f"{problem}; use temperature")
-    sets: dict[str, LabeledSet | None] = {}
-    for name in ("fit", "eval"):
-        sets[name] = (
-            parse_labeled_set(body.get(name), name, task=task, classes=classes, errors=errors)
-            if task is not None and classes and name in body
-            else None
-        )
     errors.raise_if_any("the fit request has invalid fields")
-    assert method is not None and sets["fit"] is not None and sets["eval"] is not None
-    return FitRequest(fields=fields, method=method, fit=sets["fit"], eval=sets["eval"])
+    return FitRequest(_spec_fields(values), values["method"], values["fit"], values["eval"])
+
+
+def parse_retirement(body: Any, now: datetime | None = None) -> str:
+    """The reason of a ``POST /v1/contracts/{id}/retire`` body."""
+    errors = ErrorCollector()
+    values = RETIREMENT.parse(body, errors, now or datetime.now(UTC))
+    errors.raise_if_any("invalid retirement")
+    return str(values["reason"])

@@ -33,34 +33,15 @@ from service.calibration.nll_comparison import (
 )
 from service.common.errors import ErrorCollector, ErrorDetail, ValidationFailed
 from service.common.hashing import sha256_of
-from service.common.values import NAME_PATTERN, expect_int, expect_object, expect_str
 from service.contracts.fitting import baseline_split
 from service.contracts.labeled_sets import LabeledSet, parse_labeled_set
 from service.contracts.model import BaselineSource, Contract
+from service.gate.requests import GateRequest
 
 #: The eval_ece check fails only on strong evidence of miscalibration: a failed gate blocks a
 #: release, and a calibrator fitted on a few hundred rows is itself slightly off (true ECE
 #: 0.02-0.03), which a p < 0.05 test flags in 6-10% of 500-row evaluation sets.
 GATE_P_VALUE = 0.005
-#: Policy defaults: ``max_ece`` falls back to the contract's own policy threshold.
-DEFAULT_GATE_POLICY: dict[str, Any] = {
-    "max_ece_ci_upper": None,
-    "min_eval_samples": 500,
-    "min_bin_samples": 0,
-    "require_nll_improvement": True,
-    "require_disjoint_eval": True,
-    "require_measured_baseline": False,
-}
-_POLICY_KEYS = ("max_ece", *DEFAULT_GATE_POLICY)
-_FLAGS = (
-    "require_nll_improvement",
-    "require_disjoint_eval",
-    "require_measured_baseline",
-)
-#: Largest sample-count threshold a policy may set (more rows than any request can carry).
-MAX_SAMPLES = 10**9
-#: Largest magnitude JSON may give an evaluation value and still be a float64.
-_FLOAT_MAX = 1.7976931348623157e308
 _REQUIRED_FIELDS = (
     "checkpoint",
     "population",
@@ -72,13 +53,6 @@ _REQUIRED_FIELDS = (
     "bin_edges",
     "baseline",
 )
-
-
-@dataclass(frozen=True)
-class GateRequest:
-    contract_id: str
-    policy: dict[str, Any]
-    evaluation: Any
 
 
 @dataclass(frozen=True)
@@ -113,73 +87,6 @@ class GateOutcome:
     @property
     def policy_sha256(self) -> str:
         return sha256_of(self.policy)
-
-
-def parse_gate_request(body: Mapping[str, Any]) -> GateRequest:
-    """Validate ``{"contract_id", "policy"?, "evaluation"?}``: every problem is a 422 naming
-    its field, whatever JSON arrives. The evaluation's rows are parsed later, against the
-    contract's task and classes; here its numbers are only checked to fit a float64."""
-    errors = ErrorCollector()
-    expect_object(body, "", errors, required=("contract_id",), optional=("policy", "evaluation"))
-    contract_id = (
-        expect_str(body["contract_id"], "contract_id", errors, pattern=NAME_PATTERN)
-        if "contract_id" in body
-        else None
-    )
-    policy = _parse_policy(body.get("policy"), errors)
-    evaluation = body.get("evaluation")
-    _check_magnitudes(evaluation, "evaluation", errors)
-    errors.raise_if_any("the gate request is invalid")
-    return GateRequest(contract_id=str(contract_id), policy=policy, evaluation=evaluation)
-
-
-def _parse_policy(value: Any, errors: ErrorCollector) -> dict[str, Any]:
-    """The policy with defaults filled in; ``null`` or absent means every default."""
-    if value is None:
-        return dict(DEFAULT_GATE_POLICY)
-    policy = expect_object(value, "policy", errors, optional=_POLICY_KEYS)
-    if policy is None:
-        return {}
-    out = dict(DEFAULT_GATE_POLICY)
-    for key in ("max_ece", "max_ece_ci_upper"):
-        if policy.get(key) is not None:
-            out[key] = _fraction(policy[key], f"policy.{key}", errors)
-    for key in ("min_eval_samples", "min_bin_samples"):
-        if key in policy:
-            out[key] = expect_int(
-                policy[key], f"policy.{key}", errors, minimum=0, maximum=MAX_SAMPLES
-            )
-    for key in _FLAGS:
-        if key in policy:
-            if not isinstance(policy[key], bool):
-                errors.add(f"policy.{key}", "expected true or false")
-            out[key] = policy[key]
-    return out
-
-
-def _fraction(value: Any, path: str, errors: ErrorCollector) -> float | None:
-    """A JSON number in [0, 1] (integers of any size, infinities and NaN are refused)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        errors.add(path, "expected a number in [0, 1]")
-        return None
-    if not 0 <= value <= 1:
-        errors.add(path, "must be a number in [0, 1]")
-        return None
-    return float(value)
-
-
-def _check_magnitudes(value: Any, path: str, errors: ErrorCollector) -> None:
-    """Report the first number of an evaluation set that no float64 can hold (10^400...)."""
-    stack: list[tuple[Any, str]] = [(value, path)]
-    while stack:
-        item, where = stack.pop()
-        if isinstance(item, dict):
-            stack.extend((v, f"{where}.{k}") for k, v in reversed(item.items()))
-        elif isinstance(item, list):
-            stack.extend((v, f"{where}[{i}]") for i, v in reversed(list(enumerate(item))))
-        elif isinstance(item, int) and not isinstance(item, bool) and abs(item) > _FLOAT_MAX:
-            errors.add(where, "must be finite (beyond the range of a float64)")
-            return
 
 
 def _field(spec_dict: Mapping[str, Any], dotted: str) -> Any:

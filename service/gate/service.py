@@ -10,7 +10,8 @@ from service.audit import store as audit
 from service.common.clock import utcnow
 from service.contracts.service import baseline_source, find_contract
 from service.gate import store as gates_store
-from service.gate.checks import GateRequest, evaluate_gate
+from service.gate.checks import evaluate_gate
+from service.gate.requests import GateRequest
 from service.gate.store import GateDecision
 
 

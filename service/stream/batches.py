@@ -18,25 +18,33 @@ from typing import Any, cast
 
 import numpy as np
 
+from service.calibration._checks import MAX_ABS_LOGIT
 from service.common.errors import ErrorCollector
+from service.common.fields import (
+    Body,
+    Context,
+    Custom,
+    Field,
+    Number,
+    Obj,
+    Text,
+    Timestamp,
+    json_pattern,
+)
 from service.common.values import (
     NAME_PATTERN,
     TIMESTAMP_HINT,
-    expect_object,
-    expect_str,
     parse_timestamp,
     text_problem,
     timestamp_problem,
 )
 from service.contracts.labeled_sets import inputs_problem, number_problem
-from service.stream.cohorts import KEY_PATTERN, parse_cohort
+from service.contracts.model import MAX_CLASSES
+from service.stream.cohorts import KEY_PATTERN, MAX_KEYS, MAX_LENGTH, parse_cohort
 
 MAX_ID_LENGTH = 200
-_PREDICTION_KEYS = {
-    "multiclass": frozenset({"id", "ts", "cohort", "logits"}),
-    "binary": frozenset({"id", "ts", "cohort", "score"}),
-}
-_LABEL_KEYS = frozenset({"id", "label", "ts"})
+#: Most items one batch may carry.
+MAX_BATCH_ITEMS = 100_000
 
 
 @dataclass(frozen=True)
@@ -71,30 +79,39 @@ class LabelBatch:
     repeats: list[tuple[str, int]]
 
 
-def parse_envelope(body: Mapping[str, Any], items_key: str, max_items: int) -> BatchEnvelope:
-    """Check ``{"model", "contract_id"?, items_key: [...]}``."""
+def _items(value: Any, path: str, errors: ErrorCollector, context: Context) -> Any:
+    """A non-empty list of at most ``context.about["max_items"]`` items, parsed later."""
+    limit = context.about.get("max_items", MAX_BATCH_ITEMS)
+    if not isinstance(value, list) or not value:
+        errors.add(path, "expected a non-empty list")
+        return None
+    if len(value) > limit:
+        errors.add(path, f"at most {limit} items per batch, got {len(value)}")
+        return None
+    return value
+
+
+def _envelope(name: str, items_key: str, item_schema: dict[str, Any]) -> Body:
+    fields: dict[str, Field] = {"model": Text(pattern=NAME_PATTERN)}
+    if items_key == "predictions":
+        fields["contract_id"] = Text(max_length=36, nullable=True)
+    items = {"type": "array", "minItems": 1, "maxItems": MAX_BATCH_ITEMS, "items": item_schema}
+    fields[items_key] = Custom(_items, items)
+    return Body(name, Obj(fields, required=("model", items_key)))
+
+
+def parse_envelope(
+    body: Mapping[str, Any], items_key: str, max_items: int = MAX_BATCH_ITEMS
+) -> BatchEnvelope:
+    """Check ``{"model", "contract_id"?, items_key: [...]}`` (``PREDICTIONS``, ``LABELS``)."""
     errors = ErrorCollector()
-    optional = ("contract_id",) if items_key == "predictions" else ()
-    expect_object(body, "", errors, required=("model", items_key), optional=optional)
-    model = (
-        expect_str(body.get("model"), "model", errors, pattern=NAME_PATTERN)
-        if "model" in body
-        else None
-    )
-    contract_id = body.get("contract_id")
-    if contract_id is not None:
-        contract_id = expect_str(contract_id, "contract_id", errors, max_length=36)
-    items = body.get(items_key)
-    if items_key in body and (not isinstance(items, list) or not items):
-        errors.add(items_key, "expected a non-empty list")
-    elif isinstance(items, list) and len(items) > max_items:
-        errors.add(items_key, f"at most {max_items} items per batch, got {len(items)}")
+    declared = PREDICTIONS if items_key == "predictions" else LABELS
+    values = declared.parse(body, errors, datetime.now(UTC), {"max_items": max_items})
     errors.raise_if_any(f"the {items_key} batch is invalid")
-    assert model is not None and isinstance(items, list)
-    return BatchEnvelope(model=model, contract_id=contract_id, items=items)
+    return BatchEnvelope(values["model"], values.get("contract_id"), values[items_key])
 
 
-def _check_id(value: Any, path: str, errors: ErrorCollector, item: int) -> str | None:
+def _check_id(value: Any, path: str, errors: ErrorCollector, item: int | None) -> str | None:
     if type(value) is not str or not 0 < len(value) <= MAX_ID_LENGTH:
         errors.add(path, f"expected a string id of 1-{MAX_ID_LENGTH} characters", item)
         return None
@@ -106,7 +123,7 @@ def _check_id(value: Any, path: str, errors: ErrorCollector, item: int) -> str |
 
 
 def _check_ts(
-    value: Any, path: str, errors: ErrorCollector, item: int, now: datetime
+    value: Any, path: str, errors: ErrorCollector, item: int | None, now: datetime
 ) -> datetime | None:
     ts = parse_timestamp(value)
     problem = TIMESTAMP_HINT if ts is None else timestamp_problem(ts, now)
@@ -121,7 +138,7 @@ def _printable(key: str) -> str:
 
 
 def _check_cohort(
-    value: Any, path: str, errors: ErrorCollector, item: int
+    value: Any, path: str, errors: ErrorCollector, item: int | None
 ) -> dict[str, str] | None:
     """The cohort's types and text (keys matching whole, values of valid text), then
     ``parse_cohort``'s rules; ``None`` (absent) is no cohort."""
@@ -171,6 +188,96 @@ def _valid_texts(texts: list[str]) -> bool:
     return text_problem("".join(texts)) is None
 
 
+def _id(value: Any, path: str, errors: ErrorCollector, context: Context) -> str | None:
+    return _check_id(value, path, errors, context.item)
+
+
+def _ts(value: Any, path: str, errors: ErrorCollector, context: Context) -> datetime | None:
+    return _check_ts(value, path, errors, context.item, context.now)
+
+
+def _cohort(value: Any, path: str, errors: ErrorCollector, context: Context) -> Any:
+    return _check_cohort(value, path, errors, context.item)
+
+
+def _inputs(value: Any, path: str, errors: ErrorCollector, context: Context) -> Any:
+    problem = _check_row_numbers(value, context.about["task"], context.about["n_classes"])
+    if problem:
+        errors.add(path, problem, context.item)
+        return None
+    return value
+
+
+def _label(value: Any, path: str, errors: ErrorCollector, context: Context) -> int | None:
+    """A class index ``0..K-1`` or a class name, as the class index."""
+    index_of: Mapping[str, int] = context.about["index_of"]
+    if isinstance(value, str):
+        if value not in index_of:
+            errors.add(path, f"unknown class name {_printable(value)!r}", context.item)
+        return index_of.get(value)
+    if type(value) is int:
+        if 0 <= value < len(index_of):
+            return value
+        errors.add(path, f"class index must be in 0..{len(index_of) - 1}", context.item)
+        return None
+    errors.add(path, "expected a class index or a class name", context.item)
+    return None
+
+
+_ID = Custom(_id, {"type": "string", "minLength": 1, "maxLength": MAX_ID_LENGTH})
+_TS = Custom(_ts, Timestamp().schema())
+_COHORT = Custom(
+    _cohort,
+    {
+        "type": ["object", "null"],
+        "maxProperties": MAX_KEYS,
+        "propertyNames": {"pattern": json_pattern(KEY_PATTERN)},
+        "additionalProperties": {"type": "string", "minLength": 1, "maxLength": MAX_LENGTH},
+    },
+    nullable=True,
+)
+_LOGITS = Custom(
+    _inputs,
+    {
+        "type": "array",
+        "minItems": 2,
+        "maxItems": MAX_CLASSES,
+        "items": Number(-MAX_ABS_LOGIT, MAX_ABS_LOGIT).schema(),
+    },
+)
+_SCORE = Custom(_inputs, Number(0, 1).schema())
+#: A prediction of a multiclass or a binary contract (``logits`` or ``score``).
+PREDICTION_ITEM = {
+    "multiclass": Obj(
+        {"id": _ID, "ts": _TS, "cohort": _COHORT, "logits": _LOGITS},
+        required=("id", "ts", "logits"),
+    ),
+    "binary": Obj(
+        {"id": _ID, "ts": _TS, "cohort": _COHORT, "score": _SCORE},
+        required=("id", "ts", "score"),
+    ),
+}
+LABEL_ITEM = Obj(
+    {
+        "id": _ID,
+        "label": Custom(
+            _label,
+            {"oneOf": [{"type": "integer", "minimum": 0}, {"type": "string", "minLength": 1}]},
+        ),
+        "ts": _TS,
+    },
+    required=("id", "label", "ts"),
+)
+PREDICTIONS = _envelope(
+    "PredictionBatch",
+    "predictions",
+    Obj(
+        {"id": _ID, "ts": _TS, "cohort": _COHORT, "logits": _LOGITS, "score": _SCORE}, ("id", "ts")
+    ).schema(),
+)
+LABELS = _envelope("LabelBatch", "labels", LABEL_ITEM.schema())
+
+
 def _parse_predictions_fast(
     items: Sequence[Any], task: str, n_classes: int, now: datetime
 ) -> PredictionBatch | None:
@@ -179,7 +286,7 @@ def _parse_predictions_fast(
     The common case of a clean batch costs a few microseconds per item; any doubt falls back to
     the item-by-item path, which names every problem.
     """
-    allowed = _PREDICTION_KEYS[task]
+    allowed = frozenset(PREDICTION_ITEM[task].fields)
     value_key = "logits" if task == "multiclass" else "score"
     if set(map(type, items)) != {dict}:
         return None
@@ -243,41 +350,85 @@ def parse_predictions(
     if fast is not None:
         return fast
     errors = ErrorCollector()
-    allowed = _PREDICTION_KEYS[task]
+    declared = PREDICTION_ITEM[task]
     value_key = "logits" if task == "multiclass" else "score"
+    about = {"task": task, "n_classes": n_classes}
     ids: list[str] = []
     stamps: list[datetime] = []
     cohorts: list[dict[str, str]] = []
     raw: list[Any] = []
     for i, item in enumerate(items):
-        path = f"predictions[{i}]"
-        if type(item) is not dict:
-            errors.add(path, "expected an object", i)
+        values = declared.parse(
+            item, f"predictions[{i}]", errors, Context(now, item=i, about=about)
+        )
+        if errors or values is None:
             continue
-        if not allowed.issuperset(item):
-            for key in sorted(set(item) - allowed):
-                errors.add(f"{path}.{key}", "unknown field", i)
-        for key in ("id", "ts", value_key):
-            if key not in item:
-                errors.add(f"{path}.{key}", "required field is missing", i)
-        ident = _check_id(item.get("id"), f"{path}.id", errors, i) if "id" in item else None
-        ts = _check_ts(item.get("ts"), f"{path}.ts", errors, i, now) if "ts" in item else None
-        cohort = _check_cohort(item.get("cohort"), f"{path}.cohort", errors, i)
-        value = item.get(value_key)
-        if value_key in item:
-            problem = _check_row_numbers(value, task, n_classes)
-            if problem:
-                errors.add(f"{path}.{value_key}", problem, i)
-        if errors:
-            continue
-        assert ident is not None and ts is not None and cohort is not None
-        ids.append(ident)
-        stamps.append(ts)
-        cohorts.append(cohort)
-        raw.append(value)
+        ids.append(values["id"])
+        stamps.append(values["ts"])
+        cohorts.append(values["cohort"])
+        raw.append(values[value_key])
     errors.raise_if_any("the predictions batch has invalid items; nothing was written")
     return PredictionBatch(
         ids=ids, ts=stamps, cohorts=cohorts, inputs=np.asarray(raw, dtype=np.float64)
+    )
+
+
+def _label_indices(labels: list[Any], index_of: Mapping[str, int]) -> list[int] | None:
+    """Class indices of valid labels (names or in-range ints), or None if any is not."""
+    indices = []
+    for label in labels:
+        if type(label) is int:
+            if not 0 <= label < len(index_of):
+                return None
+            indices.append(label)
+        elif type(label) is str and label in index_of:
+            indices.append(index_of[label])
+        else:
+            return None
+    return indices
+
+
+def _parse_labels_fast(
+    items: Sequence[Any], index_of: Mapping[str, int], now: datetime
+) -> LabelBatch | None:
+    """Validate a clean label batch with set operations; None if anything looks wrong (the
+    declared item-by-item path then names every problem)."""
+    if set(map(type, items)) != {dict} or set(map(len, items)) != {3}:
+        return None
+    try:
+        ids = [item["id"] for item in items]
+        raw_labels = [item["label"] for item in items]
+        raw_ts = [item["ts"] for item in items]
+    except KeyError:
+        return None
+    if (
+        set(map(type, ids)) != {str}
+        or min(map(len, ids)) < 1
+        or max(map(len, ids)) > MAX_ID_LENGTH
+        or not _valid_texts(ids)
+    ):
+        return None
+    indices = _label_indices(raw_labels, index_of)
+    stamps = [parse_timestamp(t) for t in raw_ts]
+    if indices is None or None in stamps:
+        return None
+    valid = cast(list[datetime], stamps)
+    if timestamp_problem(min(valid), now) or timestamp_problem(max(valid), now):
+        return None
+    first: dict[str, int] = {}
+    keep: list[int] = []
+    repeats: list[tuple[str, int]] = []
+    for i, (ident, index) in enumerate(zip(ids, indices, strict=True)):
+        if ident in first:
+            repeats.append((ident, index))
+        else:
+            first[ident] = index
+            keep.append(i)
+    return LabelBatch(
+        ids=[ids[i] for i in keep],
+        labels=[indices[i] for i in keep],
+        ts=[valid[i] for i in keep],
+        repeats=repeats,
     )
 
 
@@ -287,45 +438,28 @@ def parse_labels(
     """Validate labels (class index or class name) against ``classes``, timestamps against the
     time of receipt ``now`` (default: the current time)."""
     now = now or datetime.now(UTC)
-    errors = ErrorCollector()
     index_of = {name: k for k, name in enumerate(classes)}
+    fast = _parse_labels_fast(items, index_of, now)
+    if fast is not None:
+        return fast
+    errors = ErrorCollector()
+    about = {"index_of": index_of}
     first: dict[str, int] = {}
     ids: list[str] = []
     labels: list[int] = []
     stamps: list[datetime] = []
     repeats: list[tuple[str, int]] = []
     for i, item in enumerate(items):
-        path = f"labels[{i}]"
-        if type(item) is not dict:
-            errors.add(path, "expected an object", i)
+        values = LABEL_ITEM.parse(item, f"labels[{i}]", errors, Context(now, item=i, about=about))
+        if errors or values is None:
             continue
-        for key in sorted(set(item) - _LABEL_KEYS):
-            errors.add(f"{path}.{key}", "unknown field", i)
-        for key in sorted(_LABEL_KEYS - set(item)):
-            errors.add(f"{path}.{key}", "required field is missing", i)
-        ident = _check_id(item.get("id"), f"{path}.id", errors, i) if "id" in item else None
-        ts = _check_ts(item.get("ts"), f"{path}.ts", errors, i, now) if "ts" in item else None
-        label = item.get("label")
-        index: int | None = None
-        if isinstance(label, str):
-            index = index_of.get(label)
-            if index is None and "label" in item:
-                errors.add(f"{path}.label", f"unknown class name {_printable(label)!r}", i)
-        elif type(label) is int:
-            if 0 <= label < len(classes):
-                index = label
-            else:
-                errors.add(f"{path}.label", f"class index must be in 0..{len(classes) - 1}", i)
-        elif "label" in item:
-            errors.add(f"{path}.label", "expected a class index or a class name", i)
-        if errors or ident is None or ts is None or index is None:
-            continue
+        ident, index = values["id"], values["label"]
         if ident in first:
             repeats.append((ident, index))
             continue
         first[ident] = index
         ids.append(ident)
         labels.append(index)
-        stamps.append(ts)
+        stamps.append(values["ts"])
     errors.raise_if_any("the labels batch has invalid items; nothing was written")
     return LabelBatch(ids=ids, labels=labels, ts=stamps, repeats=repeats)

@@ -28,7 +28,13 @@ from service.contracts import store as contracts_store
 from service.contracts.model import Contract
 from service.contracts.service import current_contract
 from service.stream import prediction_store
-from service.stream.batches import PredictionBatch, parse_envelope, parse_labels, parse_predictions
+from service.stream.batches import (
+    MAX_BATCH_ITEMS,
+    PredictionBatch,
+    parse_envelope,
+    parse_labels,
+    parse_predictions,
+)
 from service.stream.bucket_store import BucketDelta, BucketKey, apply_deltas
 from service.stream.bucketing import (
     bucket_deltas,
@@ -40,8 +46,6 @@ from service.stream.bucketing import (
 from service.stream.cohorts import admit_cohorts, slices_of
 from service.stream.instruments import PENDING_LABELS_REJECTED
 from service.stream.retention_store import retention_horizon
-
-MAX_BATCH_ITEMS = 100_000
 
 
 @dataclass(frozen=True)

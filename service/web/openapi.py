@@ -1,8 +1,9 @@
 """The OpenAPI 3.1 description of calmon's HTTP API, served at ``GET /v1/openapi.json``.
 
 Every operation lists each status and content type it can answer with (JSON, the audit log's
-CSV, the reliability diagrams' SVG, the Prometheus text format), and the request schemas carry
-the bounds the validators enforce, taken from the modules that enforce them. Links from the
+CSV, the reliability diagrams' SVG, the Prometheus text format). The request schemas are those of
+the declarations the service validates with (``REQUEST_BODIES``, ``service.common.fields``); the
+reply schemas are written here. Links from the
 contract-creating operations to the ones that take a contract id or model name let schemathesis
 chain calls in its stateful phase.
 """
@@ -14,28 +15,16 @@ from typing import Any
 from flask import Blueprint, Response, jsonify
 
 from service.auth.tokens import Permission
-from service.calibration._checks import MAX_ABS_LOGIT
-from service.calibration.calibrators import (
-    MAX_PLATT_INTERCEPT,
-    MAX_PLATT_SLOPE,
-    MAX_TEMPERATURE,
-    MIN_PLATT_SLOPE,
-    MIN_TEMPERATURE,
-)
-from service.common.values import MAX_JSON_INTEGER
-from service.contracts.baseline_checks import MAX_COST, MAX_NLL
-from service.contracts.requests import (
-    MAX_BIN_EDGES,
-    MAX_CLASSES,
-    MAX_TEXT_LENGTH,
-    MIN_COST,
-)
-from service.gate.checks import DEFAULT_GATE_POLICY
-from service.stream.batches import MAX_ID_LENGTH
-from service.stream.cohorts import MAX_KEYS, MAX_LENGTH
-from service.stream.ingestion import MAX_BATCH_ITEMS
+from service.common.fields import Text
+from service.common.values import MAX_JSON_INTEGER, NAME_PATTERN
+from service.contracts.requests import FIT, REGISTRATION, RETIREMENT
+from service.gate.requests import GATE_REQUEST
+from service.stream.batches import LABELS, PREDICTIONS
 from service.web.auth import requires
 from service.web.queries import MAX_LIMIT, MAX_SEQ
+
+#: Every request body, each declared once beside the code that validates it.
+REQUEST_BODIES = (REGISTRATION, FIT, RETIREMENT, PREDICTIONS, LABELS, GATE_REQUEST)
 
 bp = Blueprint("openapi", __name__, url_prefix="/v1")
 
@@ -44,31 +33,13 @@ _NUMBER = {"type": "number"}
 _NULLABLE_NUMBER = {"type": ["number", "null"]}
 _FRACTION = {"type": "number", "minimum": 0, "maximum": 1}
 _COUNT = {"type": "integer", "minimum": 0, "maximum": MAX_JSON_INTEGER}
-_STRING = {"type": "string", "minLength": 1}
-_TEXT = {"type": "string", "minLength": 1, "maxLength": MAX_TEXT_LENGTH}
 _TIMESTAMP = {"type": "string", "format": "date-time"}
-_ID = {"type": "string", "minLength": 1, "maxLength": MAX_ID_LENGTH}
-_NAME = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$"}
-_CLASS_NAME = {"type": "string", "minLength": 1, "maxLength": 200}
-_LABEL = {"oneOf": [{"type": "integer", "minimum": 0}, {"type": "string", "minLength": 1}]}
-_LOGIT = {"type": "number", "minimum": -MAX_ABS_LOGIT, "maximum": MAX_ABS_LOGIT}
-_LOGITS = {"type": "array", "minItems": 2, "maxItems": MAX_CLASSES, "items": _LOGIT}
-_SCORE = _FRACTION
+_NAME = Text(pattern=NAME_PATTERN).schema()
 _CI = {"type": "array", "minItems": 2, "maxItems": 2, "items": _FRACTION}
 
 
 def _ref(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{name}"}
-
-
-def _object(properties: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
-    """A request object: the listed properties and no others."""
-    return {
-        "type": "object",
-        "properties": properties,
-        "required": required or [],
-        "additionalProperties": False,
-    }
 
 
 def _record(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -131,121 +102,6 @@ _READING_FIELDS: dict[str, Any] = {
     "expected_cost": _NULLABLE_NUMBER,
 }
 
-#: A baseline reading as registered (``service.contracts.model.parse_baseline`` states the rules the
-#: schema cannot: bins on consecutive edges adding up to n, K label counts, the task's keys).
-_BASELINE_READING = _object(
-    {
-        **_READING_FIELDS,
-        "n": {"type": "integer", "minimum": 1, "maximum": MAX_JSON_INTEGER},
-        "ece": _FRACTION,
-        "ece_ci": _CI,
-        "mce": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
-        "nll": {"type": "number", "minimum": 0, "maximum": MAX_NLL},
-        "expected_cost": {"type": ["number", "null"], "minimum": 0, "maximum": MAX_COST},
-        "brier": {"type": "number", "minimum": 0, "maximum": 2},
-        "accuracy": _FRACTION,
-        "mean_confidence": _FRACTION,
-        "bins": {
-            "type": "array",
-            "maxItems": MAX_BIN_EDGES - 1,
-            "items": _object(
-                {
-                    "lo": _FRACTION,
-                    "hi": _FRACTION,
-                    "n": {"type": "integer", "minimum": 1, "maximum": MAX_JSON_INTEGER},
-                    "mean_confidence": _FRACTION,
-                    "accuracy": _FRACTION,
-                    "ci": _CI,
-                },
-                ["lo", "hi", "n", "mean_confidence", "accuracy", "ci"],
-            ),
-        },
-        "label_counts": {
-            "type": "array",
-            "minItems": 2,
-            "maxItems": MAX_CLASSES,
-            "items": _COUNT,
-        },
-    },
-    [
-        "n",
-        "ece",
-        "ece_ci",
-        "mce",
-        "nll",
-        "brier",
-        "accuracy",
-        "mean_confidence",
-        "bins",
-        "label_counts",
-    ],
-)
-
-_BASELINE_SPLIT = _object(
-    {
-        "uncalibrated": _ref("BaselineReading"),
-        "calibrated": _ref("BaselineReading"),
-        "nll_difference": _object(
-            {
-                "n": {"type": "integer", "minimum": 1, "maximum": MAX_JSON_INTEGER},
-                "mean": {"type": "number", "minimum": -MAX_NLL, "maximum": MAX_NLL},
-                "sd": {"type": "number", "minimum": 0, "maximum": MAX_NLL},
-            },
-            ["n", "mean", "sd"],
-        ),
-    },
-    ["uncalibrated", "calibrated"],
-)
-
-_SPEC_FIELDS: dict[str, Any] = {
-    "model": _NAME,
-    "checkpoint": {"type": "string", "minLength": 1, "maxLength": 200},
-    "task": {"type": "string", "enum": ["multiclass", "binary"]},
-    "classes": {
-        "type": "array",
-        "minItems": 2,
-        "maxItems": MAX_CLASSES,
-        "uniqueItems": True,
-        "items": _CLASS_NAME,
-    },
-    "objective": {"type": "string", "enum": ["nll"]},
-    "population": _TEXT,
-    "outcome": _TEXT,
-    "data_window": _object({"start": _TIMESTAMP, "end": _TIMESTAMP}, ["start", "end"]),
-    "split": _object(
-        {
-            "method": _TEXT,
-            "fit_fingerprint": {"type": ["string", "null"], "pattern": "^[0-9a-fA-F]{64}$"},
-            "eval_fingerprint": {"type": ["string", "null"], "pattern": "^[0-9a-fA-F]{64}$"},
-        },
-        ["method"],
-    ),
-    "bin_edges": {
-        "type": "array",
-        "items": _FRACTION,
-        "minItems": 2,
-        "maxItems": MAX_BIN_EDGES,
-    },
-    "policy": _ref("DriftPolicy"),
-}
-_SPEC_REQUIRED = ["model", "checkpoint", "task", "population", "outcome", "data_window", "split"]
-
-
-def _gate_policy_property(default: Any) -> dict[str, Any]:
-    if isinstance(default, bool):
-        return {"type": "boolean"}
-    if isinstance(default, int):
-        return {"type": "integer", "minimum": 0}
-    return {"type": ["number", "null"], "minimum": 0, "maximum": 1}
-
-
-_GATE_POLICY = _object(
-    {
-        "max_ece": _FRACTION,
-        **{key: _gate_policy_property(value) for key, value in DEFAULT_GATE_POLICY.items()},
-    }
-)
-
 _CONTRACT_FIELDS: dict[str, Any] = {
     "id": {"type": "string"},
     "model": {"type": "string"},
@@ -295,75 +151,7 @@ SCHEMAS: dict[str, Any] = {
     ),
     "Bin": _BIN,
     "Reading": _record(_READING_FIELDS, ["n", "ece", "nll", "brier", "accuracy", "bins"]),
-    "BaselineReading": _BASELINE_READING,
-    "DriftPolicy": _object(
-        {
-            "max_ece": _FRACTION,
-            "max_ece_increase": _FRACTION,
-            "min_labeled": _COUNT,
-            "c_fp": {"type": "number", "minimum": MIN_COST, "maximum": MAX_COST},
-            "c_fn": {"type": "number", "minimum": MIN_COST, "maximum": MAX_COST},
-        }
-    ),
-    "LabeledSet": {
-        "type": "object",
-        "properties": {
-            "logits": {"type": "array", "minItems": 1, "items": _LOGITS},
-            "scores": {"type": "array", "minItems": 1, "items": _SCORE},
-            "labels": {"type": "array", "minItems": 1, "items": _LABEL},
-        },
-        "required": ["labels"],
-        "additionalProperties": False,
-    },
-    "Calibrator": {
-        "oneOf": [
-            _object(
-                {
-                    "method": {"const": "temperature"},
-                    "temperature": {
-                        "type": "number",
-                        "minimum": MIN_TEMPERATURE,
-                        "maximum": MAX_TEMPERATURE,
-                    },
-                },
-                ["method", "temperature"],
-            ),
-            _object(
-                {
-                    "method": {"const": "platt"},
-                    "slope": {
-                        "type": "number",
-                        "minimum": MIN_PLATT_SLOPE,
-                        "maximum": MAX_PLATT_SLOPE,
-                    },
-                    "intercept": {
-                        "type": "number",
-                        "minimum": -MAX_PLATT_INTERCEPT,
-                        "maximum": MAX_PLATT_INTERCEPT,
-                    },
-                },
-                ["method", "slope", "intercept"],
-            ),
-            _object({"method": {"const": "identity"}}, ["method"]),
-        ]
-    },
-    "ContractRegistration": _object(
-        {
-            **_SPEC_FIELDS,
-            "calibrator": _ref("Calibrator"),
-            "baseline": _object({"fit": _BASELINE_SPLIT, "eval": _BASELINE_SPLIT}, ["fit", "eval"]),
-        },
-        [*_SPEC_REQUIRED, "calibrator", "baseline"],
-    ),
-    "ContractFit": _object(
-        {
-            **_SPEC_FIELDS,
-            "method": {"type": "string", "enum": ["temperature", "platt"]},
-            "fit": _ref("LabeledSet"),
-            "eval": _ref("LabeledSet"),
-        },
-        [*_SPEC_REQUIRED, "method", "fit", "eval"],
-    ),
+    **{body.name: body.schema() for body in REQUEST_BODIES},
     "Contract": _record(
         _CONTRACT_FIELDS,
         ["id", "model", "version", "content_sha256", "created_at", "calibrator", "baseline"],
@@ -376,38 +164,6 @@ SCHEMAS: dict[str, Any] = {
         ["contracts", "next_cursor"],
     ),
     "Verification": _record({"valid": {"type": "boolean"}}, ["valid"]),
-    "Retirement": _object({"reason": _TEXT}, ["reason"]),
-    "PredictionBatch": _object(
-        {
-            "model": _NAME,
-            "contract_id": {"type": "string", "minLength": 1, "maxLength": 36},
-            "predictions": {
-                "type": "array",
-                "minItems": 1,
-                "maxItems": MAX_BATCH_ITEMS,
-                "items": _object(
-                    {
-                        "id": _ID,
-                        "ts": _TIMESTAMP,
-                        "cohort": {
-                            "type": ["object", "null"],
-                            "maxProperties": MAX_KEYS,
-                            "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_.-]{0,63}$"},
-                            "additionalProperties": {
-                                "type": "string",
-                                "minLength": 1,
-                                "maxLength": MAX_LENGTH,
-                            },
-                        },
-                        "logits": _LOGITS,
-                        "score": _SCORE,
-                    },
-                    ["id", "ts"],
-                ),
-            },
-        },
-        ["model", "predictions"],
-    ),
     "PredictionsAccepted": _record(
         {
             "accepted": {"type": "integer"},
@@ -415,20 +171,6 @@ SCHEMAS: dict[str, Any] = {
             "contract_id": {"type": "string"},
         },
         ["accepted", "duplicates", "contract_id"],
-    ),
-    "LabelBatch": _object(
-        {
-            "model": _NAME,
-            "labels": {
-                "type": "array",
-                "minItems": 1,
-                "maxItems": MAX_BATCH_ITEMS,
-                "items": _object(
-                    {"id": _ID, "label": _LABEL, "ts": _TIMESTAMP}, ["id", "label", "ts"]
-                ),
-            },
-        },
-        ["model", "labels"],
     ),
     "LabelsApplied": _record(
         {
@@ -488,14 +230,6 @@ SCHEMAS: dict[str, Any] = {
         ],
     ),
     "Cohorts": _record({"slices": {"type": "array"}}, ["slices"]),
-    "GateRequest": _object(
-        {
-            "contract_id": {"type": "string", "minLength": 1, "maxLength": 36},
-            "policy": {"oneOf": [_GATE_POLICY, {"type": "null"}]},
-            "evaluation": _ref("LabeledSet"),
-        },
-        ["contract_id"],
-    ),
     "GateDecision": _record(
         {
             "id": {"type": "string"},

@@ -206,14 +206,18 @@ def test_ingest_counters_and_label_delay(client: FlaskClient, auth: Auth) -> Non
 def test_the_lease_lets_one_refresher_work_at_a_time(db: Database) -> None:
     now = datetime.now(UTC)
     ttl = timedelta(seconds=60)
-    with db.session() as session:
-        assert try_acquire(session, "refresh", "a", now, ttl)
-    with db.session() as session:
-        assert not try_acquire(session, "refresh", "b", now + timedelta(seconds=10), ttl)
-    with db.session() as session:
-        assert try_acquire(session, "refresh", "a", now + timedelta(seconds=20), ttl)
-    with db.session() as session:
-        assert try_acquire(session, "refresh", "b", now + timedelta(seconds=81), ttl)
+
+    def acquire(holder: str, at: datetime) -> bool:
+        # The store never commits: like the refresher, the caller does.
+        with db.session() as session:
+            taken = try_acquire(session, "refresh", holder, at, ttl)
+            session.commit()
+            return taken
+
+    assert acquire("a", now)
+    assert not acquire("b", now + timedelta(seconds=10))
+    assert acquire("a", now + timedelta(seconds=20))
+    assert acquire("b", now + timedelta(seconds=81))
 
 
 def test_the_background_refresher_fills_the_gauges(

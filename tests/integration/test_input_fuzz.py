@@ -32,7 +32,7 @@ import numpy as np
 import pytest
 from flask.testing import FlaskClient
 
-from service.gate.checks import DEFAULT_GATE_POLICY
+from service.gate.requests import DEFAULT_GATE_POLICY
 from service.web.openapi import document
 from tests.integration.conftest import Auth
 from tests.integration.factories import (

@@ -9,10 +9,10 @@ from flask import Blueprint, Response, jsonify
 from service.auth.tokens import Permission
 from service.common.clock import utcnow
 from service.common.errors import ErrorCollector
-from service.common.values import NAME_PATTERN, expect_object, expect_str
+from service.common.values import NAME_PATTERN, expect_str
 from service.contracts import service as contracts_service
 from service.contracts import store as contracts_store
-from service.contracts.requests import parse_fit_request, parse_registration
+from service.contracts.requests import parse_fit_request, parse_registration, parse_retirement
 from service.web.auth import current_principal, requires
 from service.web.bodies import json_body
 from service.web.db_session import db_session
@@ -95,16 +95,7 @@ def verify(contract_id: str) -> Response:
 @requires(Permission.ADMIN)
 def retire(contract_id: str) -> Response:
     """Retire a contract: an audit event; the contract itself never changes."""
-    body = json_body()
-    errors = ErrorCollector()
-    expect_object(body, "", errors, required=("reason",))
-    reason = (
-        expect_str(body.get("reason"), "reason", errors, max_length=2000)
-        if "reason" in body
-        else None
-    )
-    errors.raise_if_any("invalid retirement")
-    assert reason is not None
+    reason = parse_retirement(json_body())
     contract = contracts_service.retire_contract(
         db_session(), contract_id, reason=reason, actor=current_principal().name
     )

@@ -9,7 +9,7 @@ from flask import Blueprint, Response, jsonify, request
 from service.auth.tokens import Permission
 from service.common.values import format_timestamp
 from service.gate import service as gate_service
-from service.gate.checks import parse_gate_request
+from service.gate.requests import parse_gate_request
 from service.gate.store import GateDecision, list_decisions
 from service.web.auth import current_principal, requires
 from service.web.bodies import json_body

@@ -13,7 +13,8 @@ from service.contracts.fitting import fit_contract_spec
 from service.contracts.labeled_sets import parse_labeled_set
 from service.contracts.model import Contract
 from service.contracts.requests import FitRequest, parse_spec_fields
-from service.gate.checks import GateOutcome, evaluate_gate, parse_gate_request
+from service.gate.checks import GateOutcome, evaluate_gate
+from service.gate.requests import parse_gate_request
 from tests.integration.factories import (
     REFERENCE_EVAL_LABELS,
     REFERENCE_EVAL_LOGITS,
