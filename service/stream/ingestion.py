@@ -6,7 +6,6 @@ once, so an acknowledged batch is fully visible to readings and a rejected one l
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,7 +29,6 @@ from service.contracts.service import current_contract
 from service.stream import prediction_store
 from service.stream.batches import (
     MAX_BATCH_ITEMS,
-    PredictionBatch,
     parse_envelope,
     parse_labels,
     parse_predictions,
@@ -44,6 +42,13 @@ from service.stream.bucketing import (
     stored_inputs,
 )
 from service.stream.cohorts import admit_cohorts, slices_of
+from service.stream.idempotency import (
+    canonical_cohort,
+    content_digest,
+    dedupe_batch,
+    distinct_cohorts,
+    row_bytes,
+)
 from service.stream.instruments import PENDING_LABELS_REJECTED
 from service.stream.retention_store import retention_horizon
 
@@ -125,69 +130,6 @@ def _binding_contract(
     return contract
 
 
-def _canonical(cohort: Mapping[str, str]) -> str:
-    return json.dumps(cohort, sort_keys=True, separators=(",", ":"))
-
-
-def _distinct_cohorts(
-    cohorts: Sequence[Mapping[str, str]],
-) -> tuple[list[int], list[dict[str, str]]]:
-    """Index every row's cohort into the batch's distinct cohorts (first-seen order)."""
-    by_items: dict[tuple[tuple[str, str], ...], int] = {}
-    by_canonical: dict[tuple[tuple[str, str], ...], int] = {}
-    distinct: list[dict[str, str]] = []
-    cohort_of = []
-    for cohort in cohorts:
-        items = tuple(cohort.items())
-        k = by_items.get(items)
-        if k is None:
-            canonical = tuple(sorted(items))
-            k = by_canonical.get(canonical)
-            if k is None:
-                k = by_canonical[canonical] = len(distinct)
-                distinct.append(dict(canonical))
-            by_items[items] = k
-        cohort_of.append(k)
-    return cohort_of, distinct
-
-
-def _row_bytes(inputs: np.ndarray) -> list[bytes]:
-    """Each row's logits (or score) as little-endian float64 bytes: what is stored and hashed."""
-    flat = np.ascontiguousarray(inputs, dtype="<f8")
-    width = flat.itemsize * (flat.shape[1] if flat.ndim == 2 else 1)
-    buffer = flat.tobytes()
-    return [buffer[i : i + width] for i in range(0, len(buffer), width)]
-
-
-def _digest(ts: datetime, cohort_utf8: bytes, row: bytes) -> bytes:
-    """SHA-256 of a prediction's content: what tells a duplicate from a conflicting retry.
-
-    Covers the event time (UTC ISO 8601, microseconds), the cohort's canonical JSON and the
-    float64 bytes of the logits or score.
-    """
-    return hashlib.sha256(b"%s|%s|%s" % (ts.isoformat().encode(), cohort_utf8, row)).digest()
-
-
-def _dedupe_batch(batch: PredictionBatch, digests: list[bytes]) -> tuple[list[int], int]:
-    """Indices of each id's first occurrence and the number of exact repeats; 409 otherwise."""
-    first: dict[str, int] = {}
-    keep: list[int] = []
-    repeats = 0
-    for i, ident in enumerate(batch.ids):
-        j = first.get(ident)
-        if j is None:
-            first[ident] = i
-            keep.append(i)
-        elif digests[j] == digests[i]:
-            repeats += 1
-        else:
-            raise Conflict(
-                f"prediction id {ident!r} appears twice in the batch with different content",
-                [ErrorDetail(f"predictions[{i}].id", f"conflicts with predictions[{j}]", i)],
-            )
-    return keep, repeats
-
-
 def _check_retention_horizon(session: Session, ts: Sequence[datetime]) -> None:
     """Refuse predictions older than the last prune: their keys are gone, retries look new."""
     horizon = retention_horizon(session)
@@ -220,15 +162,15 @@ def ingest_predictions(
     spec = contract.spec
     batch = parse_predictions(envelope.items, task=spec.task, n_classes=len(spec.classes), now=now)
     _check_retention_horizon(session, batch.ts)
-    row_bytes = _row_bytes(batch.inputs)
-    cohort_of, distinct = _distinct_cohorts(batch.cohorts)
-    cohort_json = [_canonical(c) for c in distinct]
+    stored = row_bytes(batch.inputs)
+    cohort_of, distinct = distinct_cohorts(batch.cohorts)
+    cohort_json = [canonical_cohort(c) for c in distinct]
     cohort_utf8 = [c.encode() for c in cohort_json]
     digests = [
-        _digest(t, cohort_utf8[k], r)
-        for t, k, r in zip(batch.ts, cohort_of, row_bytes, strict=True)
+        content_digest(t, cohort_utf8[k], r)
+        for t, k, r in zip(batch.ts, cohort_of, stored, strict=True)
     ]
-    keep, repeats = _dedupe_batch(batch, digests)
+    keep, repeats = dedupe_batch(batch, digests)
 
     used = sorted({cohort_of[i] for i in keep})
     capped = admit_cohorts(session, envelope.model, [distinct[k] for k in used], settings)
@@ -240,7 +182,7 @@ def ingest_predictions(
             batch.ts[i],
             cohort_json[cohort_of[i]],
             slices_json[cohort_of[i]],
-            row_bytes[i],
+            stored[i],
             digests[i],
         )
         # In key order: concurrent batches with overlapping ids then wait on each other in the
