@@ -225,6 +225,20 @@ class Obj(Field):
                     inner.values[name] = parsed
         return inner.values
 
+    def parse_or(
+        self,
+        defaults: Mapping[str, Any],
+        value: Any,
+        path: str,
+        errors: ErrorCollector,
+        context: Context,
+    ) -> dict[str, Any]:
+        """``defaults`` for ``null``; else the parsed object ({} when it is not one)."""
+        if value is None:
+            return dict(defaults)
+        parsed = self.parse(value, path, errors, context)
+        return {} if parsed is None else parsed
+
     def schema(self) -> dict[str, Any]:
         out = {
             "type": "object",

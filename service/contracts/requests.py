@@ -194,12 +194,8 @@ DRIFT_POLICY = Obj(
 
 def _policy(value: Any, path: str, errors: ErrorCollector, context: Context) -> dict[str, Any]:
     """A drift policy's stored form; ``null`` or absent is every default."""
-    if value is None:
-        return dict(DEFAULT_POLICY)
-    policy = DRIFT_POLICY.parse(value, path, errors, context)
-    if policy is None:
-        return {}
-    if ("c_fp" in value) != ("c_fn" in value):
+    policy = DRIFT_POLICY.parse_or(DEFAULT_POLICY, value, path, errors, context)
+    if isinstance(value, dict) and ("c_fp" in value) != ("c_fn" in value):
         errors.add(f"{path}.c_fp", "set both c_fp and c_fn, or neither")
     return policy
 

@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
 Insert = PgInsert | SqliteInsert
+#: A staging table's columns, ``(name, PostgreSQL type, SQLite type)``, and its rows.
+Columns = Sequence[tuple[str, str, str]]
+Rows = Iterable[Sequence[Any]]
 #: One label row found with its prediction: ``(id, label, label seconds, joined, contract id,
 #: prediction seconds, slices JSON, inputs)``; the last four are None for a label left waiting.
 LabelRow = tuple[Any, ...]
@@ -45,15 +48,9 @@ class Backend(Protocol):
     def epoch_seconds(self, column: str) -> str:
         """SQL for a timestamp column as whole seconds since the epoch (floor)."""
 
-    def load_staging(
-        self,
-        session: Session,
-        table: str,
-        columns: Sequence[tuple[str, str, str]],
-        rows: Iterable[Sequence[Any]],
-    ) -> None:
-        """Fill the per-connection temporary ``table`` (``(name, PostgreSQL type, SQLite type)``
-        columns) with ``rows``, emptied first or at every commit."""
+    def load_staging(self, session: Session, table: str, columns: Columns, rows: Rows) -> None:
+        """Fill the per-connection temporary ``table`` with ``rows``, emptied first or at every
+        commit."""
 
     def insert_staged_predictions(self, session: Session, params: Mapping[str, Any]) -> set[str]:
         """Insert the staged predictions whose ids are new for ``:model`` (keys and payload);

@@ -9,7 +9,7 @@ probe by its full primary key.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -17,7 +17,7 @@ from sqlalchemy import Connection, Select, Table, bindparam, text
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
-from service.db.backend import LabelRow
+from service.db.backend import Columns, LabelRow, Rows
 from service.db.types import UTCDateTime
 
 _NOW = bindparam("now", type_=UTCDateTime())
@@ -62,13 +62,7 @@ class PostgreSQL:
     def epoch_seconds(self, column: str) -> str:
         return _epoch(column)
 
-    def load_staging(
-        self,
-        session: Session,
-        table: str,
-        columns: Sequence[tuple[str, str, str]],
-        rows: Iterable[Sequence[Any]],
-    ) -> None:
+    def load_staging(self, session: Session, table: str, columns: Columns, rows: Rows) -> None:
         """Binary ``COPY`` into a temporary table emptied at every commit, then ``ANALYZE`` it so
         the planner joins it to the big tables through their primary-key indexes."""
         ddl = ", ".join(f"{name} {pg}" for name, pg, _ in columns)

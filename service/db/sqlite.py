@@ -8,7 +8,7 @@ as one table. ``INSERT ... SELECT ... ON CONFLICT`` needs a ``WHERE`` before ``O
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -17,7 +17,7 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.orm import Session
 from sqlalchemy.types import TypeEngine
 
-from service.db.backend import LabelRow
+from service.db.backend import Columns, LabelRow, Rows
 from service.db.types import UTCDateTime
 
 _NOW = bindparam("now", type_=UTCDateTime())
@@ -50,13 +50,7 @@ class SQLite:
     def epoch_seconds(self, column: str) -> str:
         return _epoch(column)
 
-    def load_staging(
-        self,
-        session: Session,
-        table: str,
-        columns: Sequence[tuple[str, str, str]],
-        rows: Iterable[Sequence[Any]],
-    ) -> None:
+    def load_staging(self, session: Session, table: str, columns: Columns, rows: Rows) -> None:
         ddl = ", ".join(f"{name} {lite}" for name, _, lite in columns)
         session.execute(text(f"CREATE TEMP TABLE IF NOT EXISTS {table} ({ddl})"))
         session.execute(text(f"DELETE FROM {table}"))

@@ -91,12 +91,8 @@ GATE_POLICY = Obj(
 
 def _policy(value: Any, path: str, errors: ErrorCollector, context: Context) -> dict[str, Any]:
     """The policy with defaults filled in; ``null`` or absent means every default."""
-    if value is None:
-        return dict(DEFAULT_GATE_POLICY)
-    policy = GATE_POLICY.parse(value, path, errors, context)
-    if policy is None:
-        return {}
-    if policy.get("max_ece") is None:
+    policy = GATE_POLICY.parse_or(DEFAULT_GATE_POLICY, value, path, errors, context)
+    if policy.get("max_ece", 0) is None:
         policy.pop("max_ece", None)
     return policy
 

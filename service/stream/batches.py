@@ -278,6 +278,27 @@ PREDICTIONS = _envelope(
 LABELS = _envelope("LabelBatch", "labels", LABEL_ITEM.schema())
 
 
+def _clean_ids(ids: list[Any]) -> bool:
+    """Whether every id is a string of 1-``MAX_ID_LENGTH`` characters of valid text."""
+    return (
+        set(map(type, ids)) == {str}
+        and min(map(len, ids)) >= 1
+        and max(map(len, ids)) <= MAX_ID_LENGTH
+        and _valid_texts(ids)
+    )
+
+
+def _stamps_in_range(raw: list[Any], now: datetime) -> list[datetime] | None:
+    """The timestamps, if every one parses and all lie in the accepted range, else None."""
+    stamps = [parse_timestamp(t) for t in raw]
+    if None in stamps:
+        return None
+    valid = cast(list[datetime], stamps)
+    if timestamp_problem(min(valid), now) or timestamp_problem(max(valid), now):
+        return None
+    return valid
+
+
 def _parse_predictions_fast(
     items: Sequence[Any], task: str, n_classes: int, now: datetime
 ) -> PredictionBatch | None:
@@ -298,18 +319,10 @@ def _parse_predictions_fast(
         values = [item[value_key] for item in items]
     except KeyError:
         return None
-    if (
-        set(map(type, ids)) != {str}
-        or min(map(len, ids)) < 1
-        or max(map(len, ids)) > MAX_ID_LENGTH
-        or not _valid_texts(ids)
-    ):
+    if not _clean_ids(ids):
         return None
-    stamps = [parse_timestamp(t) for t in raw_ts]
-    if None in stamps:
-        return None
-    valid = cast(list[datetime], stamps)
-    if timestamp_problem(min(valid), now) or timestamp_problem(max(valid), now):
+    valid = _stamps_in_range(raw_ts, now)
+    if valid is None:
         return None
     checked: dict[tuple[tuple[str, str], ...], bool] = {}
     cohorts = [{} if (c := item.get("cohort")) is None else c for item in items]
@@ -401,19 +414,11 @@ def _parse_labels_fast(
         raw_ts = [item["ts"] for item in items]
     except KeyError:
         return None
-    if (
-        set(map(type, ids)) != {str}
-        or min(map(len, ids)) < 1
-        or max(map(len, ids)) > MAX_ID_LENGTH
-        or not _valid_texts(ids)
-    ):
+    if not _clean_ids(ids):
         return None
     indices = _label_indices(raw_labels, index_of)
-    stamps = [parse_timestamp(t) for t in raw_ts]
-    if indices is None or None in stamps:
-        return None
-    valid = cast(list[datetime], stamps)
-    if timestamp_problem(min(valid), now) or timestamp_problem(max(valid), now):
+    valid = _stamps_in_range(raw_ts, now)
+    if indices is None or valid is None:
         return None
     first: dict[str, int] = {}
     keep: list[int] = []
