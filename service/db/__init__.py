@@ -1,1 +1,2 @@
-"""The storage layer: the only package that imports SQLAlchemy."""
+"""Database infrastructure: engine and sessions, typed models, column types, migrations, the
+SQL that differs by backend, partitions."""

@@ -1,4 +1,5 @@
-"""Typed SQLAlchemy 2.0 models. ORM rows never leave the storage package."""
+"""Typed SQLAlchemy 2.0 models. ORM rows never leave the stores that read them (``*/store.py``,
+``*_store.py``): they return domain objects."""
 
 from __future__ import annotations
 

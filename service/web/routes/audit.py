@@ -11,7 +11,6 @@ from typing import Any
 from flask import Blueprint, Response, jsonify, request
 
 from service.audit import service as audit_service
-from service.audit import store as audit
 from service.audit.chain import Anchor
 from service.auth.tokens import Permission
 from service.common.errors import ErrorCollector, ErrorDetail, ValidationFailed
@@ -58,7 +57,7 @@ def events() -> Response:
     if output not in ("json", "csv"):
         raise ValidationFailed("invalid format", [ErrorDetail("format", "json or csv")])
     limit = limit_arg(default=100, maximum=1000)
-    rows = audit.list_events(
+    rows = audit_service.list_events(
         db_session(),
         model=request.args.get("model"),
         type=request.args.get("type"),

@@ -11,7 +11,6 @@ from service.common.clock import utcnow
 from service.common.errors import ErrorCollector
 from service.common.values import NAME_PATTERN, expect_str
 from service.contracts import service as contracts_service
-from service.contracts import store as contracts_store
 from service.contracts.requests import parse_fit_request, parse_registration, parse_retirement
 from service.web.auth import current_principal, requires
 from service.web.bodies import json_body
@@ -53,7 +52,7 @@ def list_contracts() -> Response:
     """Contracts newest first, optionally of one model or active at a time; paginated."""
     check_known(("model", "active_at", "limit", "cursor"))
     limit = limit_arg()
-    rows = contracts_store.list_contracts(
+    rows = contracts_service.list_contracts(
         db_session(),
         model=_model_arg(),
         active_at=timestamp_arg("active_at"),

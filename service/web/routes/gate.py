@@ -10,7 +10,7 @@ from service.auth.tokens import Permission
 from service.common.values import format_timestamp
 from service.gate import service as gate_service
 from service.gate.requests import parse_gate_request
-from service.gate.store import GateDecision, list_decisions
+from service.gate.store import GateDecision
 from service.web.auth import current_principal, requires
 from service.web.bodies import json_body
 from service.web.db_session import db_session
@@ -56,7 +56,7 @@ def decisions() -> Response:
     """Past decisions, newest first, by model and contract; paginated."""
     check_known(("model", "contract_id", "limit", "cursor"))
     limit = limit_arg()
-    rows = list_decisions(
+    rows = gate_service.list_decisions(
         db_session(),
         model=request.args.get("model"),
         contract_id=request.args.get("contract_id"),

@@ -28,15 +28,14 @@ from flask import (
 from werkzeug.urls import iri_to_uri
 from werkzeug.wrappers import Response as BaseResponse
 
-from service.audit import store as audit
+from service.audit import service as audit_service
 from service.auth.tokens import Permission, Principal
 from service.calibration import bins_inference
 from service.common.clock import utcnow
 from service.common.errors import CalmonError, NotFound
 from service.contracts import service as contracts_service
-from service.contracts import store as contracts_store
 from service.contracts.model import Contract
-from service.gate.store import list_decisions
+from service.gate import service as gate_service
 from service.stream import readings as monitoring
 from service.stream.cohorts import ALL
 from service.web.auth import (
@@ -198,7 +197,7 @@ def models() -> BaseResponse:
     if not isinstance(viewer, Principal):
         return viewer
     return _page(
-        "ui/models.html", principal=viewer, models=contracts_store.model_names(db_session())
+        "ui/models.html", principal=viewer, models=contracts_service.model_names(db_session())
     )
 
 
@@ -250,8 +249,8 @@ def model_page(model: str) -> BaseResponse:
             title="Reliability at fit time",
             subtitle=f"held-out set, n = {reading['baseline']['n']:,}",
         ),
-        decisions=list_decisions(db_session(), model=model, limit=10),
-        events=audit.list_events(db_session(), model=model, limit=20, newest_first=True),
+        decisions=gate_service.list_decisions(db_session(), model=model, limit=10),
+        events=audit_service.list_events(db_session(), model=model, limit=20, newest_first=True),
     )
 
 
@@ -261,8 +260,9 @@ def contract_page(contract_id: str) -> BaseResponse:
     viewer = _viewer()
     if not isinstance(viewer, Principal):
         return viewer
-    contract = contracts_store.get_contract(db_session(), contract_id)
-    if contract is None:
+    try:
+        contract = contracts_service.find_contract(db_session(), contract_id)
+    except NotFound:
         return _page(
             "ui/error.html",
             404,
