@@ -64,11 +64,9 @@ def _migrate(_args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from service.server import serve
+    from service.server import serve, serve_settings
 
-    serve(
-        load_settings(), host=args.host, port=args.port, workers=args.workers, threads=args.threads
-    )
+    serve(serve_settings(load_settings(), args.host, args.port, args.workers, args.threads))
     return 0
 
 

@@ -105,20 +105,14 @@ def gunicorn_settings_from_env(environ: Mapping[str, str] | None = None) -> dict
     return gunicorn_settings_of(load_settings(environ=environ))
 
 
-def serve(
-    settings: Settings,
-    *,
-    host: str | None = None,
-    port: int | None = None,
-    workers: int | None = None,
-    threads: int | None = None,
-) -> None:
-    """Serve with ``settings``' bind, workers and threads, each overridden when given.
+def serve(settings: Settings) -> None:
+    """Serve with ``settings``' bind, workers and threads (``serve_settings`` applies the
+    options of ``calmon serve``).
 
     SIGTERM drains in-flight requests; counters and histograms add up across workers through
     prometheus-client's multiprocess mode.
     """
-    CalmonServer(gunicorn_settings_of(serve_settings(settings, host, port, workers, threads))).run()
+    CalmonServer(gunicorn_settings_of(settings)).run()
 
 
 def serve_settings(

@@ -32,6 +32,9 @@ class Backend(Protocol):
     """What calmon asks of a database beyond portable SQL."""
 
     name: str
+    #: Appended to a correlated subquery to keep it a per-row primary-key probe (``OFFSET 0``
+    #: on PostgreSQL, where a planner with stale statistics may otherwise hash a whole table).
+    probe_fence: str
 
     def insert(self, table: Table) -> Insert:
         """An ``INSERT`` that supports ``ON CONFLICT`` (``on_conflict_do_nothing/update``)."""
@@ -55,9 +58,6 @@ class Backend(Protocol):
     def insert_staged_predictions(self, session: Session, params: Mapping[str, Any]) -> set[str]:
         """Insert the staged predictions whose ids are new for ``:model`` (keys and payload);
         return the ids inserted."""
-
-    def conflicting_staged_ids(self, session: Session, model: str) -> list[str]:
-        """Up to 20 staged prediction ids stored for ``model`` with other content."""
 
     def record_staged_labels(self, session: Session, params: Mapping[str, Any]) -> list[LabelRow]:
         """Insert the staged labels new for ``:model`` (joined when their prediction is stored);

@@ -45,6 +45,7 @@ class PostgreSQL:
     """The production backend (psycopg 3)."""
 
     name = "postgresql"
+    probe_fence = " OFFSET 0"
 
     def insert(self, table: Table) -> postgresql.Insert:
         return postgresql.insert(table)
@@ -89,18 +90,6 @@ class PostgreSQL:
             " s.inputs, :now FROM stage_predictions s JOIN k ON k.id = s.id RETURNING id"
         ).bindparams(_NOW)
         return set(session.execute(statement, params).scalars())
-
-    def conflicting_staged_ids(self, session: Session, model: str) -> list[str]:
-        return list(
-            session.scalars(
-                text(
-                    "SELECT s.id FROM stage_predictions s WHERE EXISTS (SELECT 1 FROM"
-                    " prediction_keys k WHERE k.model = :model AND k.id = s.id"
-                    " AND k.digest <> s.digest OFFSET 0) ORDER BY s.id LIMIT 20"
-                ),
-                {"model": model},
-            )
-        )
 
     def record_staged_labels(self, session: Session, params: Mapping[str, Any]) -> list[LabelRow]:
         statement = text(

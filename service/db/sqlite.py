@@ -34,6 +34,7 @@ class SQLite:
     """The embedded backend."""
 
     name = "sqlite"
+    probe_fence = ""
 
     def insert(self, table: Table) -> sqlite.Insert:
         return sqlite.insert(table)
@@ -85,18 +86,6 @@ class SQLite:
                 params,
             )
         return inserted
-
-    def conflicting_staged_ids(self, session: Session, model: str) -> list[str]:
-        return list(
-            session.scalars(
-                text(
-                    "SELECT s.id FROM stage_predictions s WHERE EXISTS (SELECT 1 FROM"
-                    " prediction_keys k WHERE k.model = :model AND k.id = s.id"
-                    " AND k.digest <> s.digest) ORDER BY s.id LIMIT 20"
-                ),
-                {"model": model},
-            )
-        )
 
     def record_staged_labels(self, session: Session, params: Mapping[str, Any]) -> list[LabelRow]:
         exists = "EXISTS (SELECT 1 FROM prediction_keys k WHERE k.model = :model AND k.id = s.id)"

@@ -55,7 +55,16 @@ def insert_predictions(
     inserted = backend.insert_staged_predictions(session, params)
     conflicts: list[str] = []
     if len(inserted) < len(rows):
-        conflicts = backend.conflicting_staged_ids(session, model)
+        conflicts = list(
+            session.scalars(
+                text(
+                    "SELECT s.id FROM stage_predictions s WHERE EXISTS (SELECT 1 FROM"
+                    " prediction_keys k WHERE k.model = :model AND k.id = s.id"
+                    f" AND k.digest <> s.digest{backend.probe_fence}) ORDER BY s.id LIMIT 20"
+                ),
+                {"model": model},
+            )
+        )
     return inserted, conflicts
 
 
