@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from service.audit import store as audit
 from service.audit.chain import Anchor
-from service.audit.store import AuditEvent
 from service.common.errors import Conflict
 
 
@@ -29,25 +27,5 @@ def audit_head(session: Session) -> dict[str, Any] | None:
     return head
 
 
-def list_events(
-    session: Session,
-    *,
-    model: str | None = None,
-    type: str | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    after_seq: int | None = None,
-    limit: int = 100,
-    newest_first: bool = False,
-) -> list[AuditEvent]:
-    """Events oldest first (or newest first), filtered; ``after_seq`` continues a page."""
-    return audit.list_events(
-        session,
-        model=model,
-        type=type,
-        since=since,
-        until=until,
-        after_seq=after_seq,
-        limit=limit,
-        newest_first=newest_first,
-    )
+#: A read that needs nothing but its query is the store's function itself.
+list_events = audit.list_events

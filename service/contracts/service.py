@@ -149,21 +149,6 @@ def active_contract(session: Session, model: str, at: datetime) -> Contract:
     return contract
 
 
-def list_contracts(
-    session: Session,
-    *,
-    model: str | None = None,
-    active_at: datetime | None = None,
-    before_seq: int | None = None,
-    limit: int = 50,
-) -> list[tuple[int, Contract]]:
-    """Contracts newest first as ``(seq, contract)``, optionally of one model or only those
-    active at a time; ``before_seq`` continues a page."""
-    return contracts_store.list_contracts(
-        session, model=model, active_at=active_at, before_seq=before_seq, limit=limit
-    )
-
-
-def model_names(session: Session) -> list[str]:
-    """Every model that has a contract, sorted."""
-    return contracts_store.model_names(session)
+#: Reads that need nothing but their query are the store's functions themselves.
+list_contracts = contracts_store.list_contracts
+model_names = contracts_store.model_names

@@ -54,16 +54,5 @@ def decide_gate(session: Session, request: GateRequest, *, actor: str) -> GateDe
     return decision
 
 
-def list_decisions(
-    session: Session,
-    *,
-    model: str | None = None,
-    contract_id: str | None = None,
-    before_seq: int | None = None,
-    limit: int = 50,
-) -> list[GateDecision]:
-    """Past decisions newest first, filtered by model and contract; ``before_seq`` continues a
-    page."""
-    return gates_store.list_decisions(
-        session, model=model, contract_id=contract_id, before_seq=before_seq, limit=limit
-    )
+#: A read that needs nothing but its query is the store's function itself.
+list_decisions = gates_store.list_decisions
