@@ -54,8 +54,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.interpolate import BPoly
-from scipy.optimize import brentq
 
 from service.calibration._checks import (
     FloatArray,
@@ -303,28 +301,28 @@ def _row_count(n: Any) -> int:
     return int(n)
 
 
-def _bracket_roots(spline: BPoly, slopes: FloatArray) -> list[float]:
-    """Return the roots of the spline's slope in every knot interval where it turns upwards."""
-    slope = spline.derivative()
-    roots = []
-    for j in np.flatnonzero((slopes[:-1] < 0.0) & (slopes[1:] >= 0.0)):
-        a, b = REFIT_KNOTS[j], REFIT_KNOTS[j + 1]
-        roots.append(brentq(lambda u: float(slope(u)), a, b, xtol=1e-12))
-    return roots
+@dataclass(frozen=True)
+class RefitEstimates:
+    """``RefitEstimate`` of S windows as (S,) arrays; ``found`` is False where there is none."""
 
+    temperature: FloatArray
+    log_temperature_se: FloatArray
+    lower: FloatArray
+    upper: FloatArray
+    n: IntArray
+    at_bound: np.ndarray
+    found: np.ndarray
 
-def _minimiser(spline: BPoly, slopes: FloatArray) -> float:
-    """Return the u in the knot range minimising the interpolated summed loss.
-
-    The loss is unimodal in u, so a non-negative slope at the first knot puts the optimum on
-    the lower bound and a non-positive one at the last knot on the upper bound.
-    """
-    if slopes[0] >= 0.0:
-        return float(REFIT_KNOTS[0])
-    if slopes[-1] <= 0.0:
-        return float(REFIT_KNOTS[-1])
-    roots = _bracket_roots(spline, slopes)
-    return min(roots, key=lambda u: float(spline(u)))
+    def __getitem__(self, i: int) -> RefitEstimate | None:
+        if not self.found[i]:
+            return None
+        return RefitEstimate(
+            temperature=float(self.temperature[i]),
+            log_temperature_se=float(self.log_temperature_se[i]),
+            temperature_ci=(float(self.lower[i]), float(self.upper[i])),
+            n=int(self.n[i]),
+            at_bound=bool(self.at_bound[i]),
+        )
 
 
 def refit_from_knot_sums(sums: Any, n: int) -> RefitEstimate | None:
@@ -338,24 +336,99 @@ def refit_from_knot_sums(sums: Any, n: int) -> RefitEstimate | None:
     still bends downwards the estimate is that bound with an infinite standard error and the
     interval collapsed onto it: the data push T' at least that far.
     """
-    arr = _knot_sum_array(sums)
-    n_rows = _row_count(n)
-    if n_rows < 2:
-        return None
-    spline = BPoly.from_derivatives(REFIT_KNOTS, arr.T)
-    u = _minimiser(spline, arr[1])
+    return refit_many(_knot_sum_array(sums)[None], np.array([_row_count(n)]))[0]
+
+
+def refit_many(sums: Any, n: Any) -> RefitEstimates:
+    """``refit_from_knot_sums`` of S windows at once: (S, 3, J) sums, (S,) row counts."""
+    arr = np.asarray(sums, dtype=np.float64)
+    rows = np.asarray(n, dtype=np.int64)
+    if arr.ndim != 3 or arr.shape[1:] != (3, N_KNOTS) or rows.shape != arr.shape[:1]:
+        raise CalibrationInputError("sums", f"must have shape (S, 3, {N_KNOTS}) with (S,) counts")
+    if not np.isfinite(arr).all():
+        raise CalibrationInputError("sums", "must be finite")
+    S = arr.shape[0]
+    slopes = arr[:, 1, :]
     lo, hi = float(REFIT_KNOTS[0]), float(REFIT_KNOTS[-1])
-    at_bound = bool(min(u - lo, hi - u) < BOUND_TOL)
-    curvature = float(spline.derivative(2)(u))
-    if not curvature > 0.0:
-        if not at_bound:
-            return None
-        return RefitEstimate(math.exp(u), math.inf, (math.exp(u), math.exp(u)), n_rows, True)
-    se = 1.0 / math.sqrt(curvature)
-    return RefitEstimate(
-        temperature=math.exp(u),
+    u = np.full(S, np.nan)
+    curvature = np.full(S, np.nan)
+    at_lo = slopes[:, 0] >= 0.0
+    at_hi = ~at_lo & (slopes[:, -1] <= 0.0)
+    for mask, j, t, bound in ((at_lo, 0, 0.0, lo), (at_hi, N_KNOTS - 2, 1.0, hi)):
+        s = np.flatnonzero(mask)
+        if s.size:
+            u[s] = bound
+            piece = _hermite_pieces(arr[s], np.full(s.size, j))
+            curvature[s] = _evaluate(piece, np.full(s.size, t), 2) / _SPACING**2
+    inside = ~(at_lo | at_hi)
+    s, j = np.nonzero((slopes[:, :-1] < 0.0) & (slopes[:, 1:] >= 0.0) & inside[:, None])
+    if s.size:
+        piece = _hermite_pieces(arr[s], j)
+        t = _slope_root(piece)
+        best = _lowest_per_window(s, _evaluate(piece, t, 0))
+        u[s[best]] = REFIT_KNOTS[j[best]] + t[best] * _SPACING
+        curvature[s[best]] = _evaluate(piece[best], t[best], 2) / _SPACING**2
+    at_bound = np.minimum(u - lo, hi - u) < BOUND_TOL
+    bends = curvature > 0.0
+    found = (rows >= 2) & np.isfinite(u) & (bends | at_bound)
+    se = np.where(bends, 1.0 / np.sqrt(np.where(bends, curvature, 1.0)), np.inf)
+    return RefitEstimates(
+        temperature=np.exp(u),
         log_temperature_se=se,
-        temperature_ci=(math.exp(max(u - Z_95 * se, lo)), math.exp(min(u + Z_95 * se, hi))),
-        n=n_rows,
+        lower=np.where(bends, np.exp(np.maximum(u - Z_95 * se, lo)), np.exp(u)),
+        upper=np.where(bends, np.exp(np.minimum(u + Z_95 * se, hi)), np.exp(u)),
+        n=rows,
         at_bound=at_bound,
+        found=found,
     )
+
+
+_SPACING = float(REFIT_KNOTS[1] - REFIT_KNOTS[0])
+
+
+def _hermite_pieces(sums: FloatArray, j: IntArray) -> FloatArray:
+    """(Q, 6) monomial coefficients in t in [0, 1] of the quintic Hermite piece on knot
+    interval ``j`` of each window, from the value, slope and curvature at both ends."""
+    q = np.arange(sums.shape[0])
+    h = _SPACING
+    y0, y1 = sums[q, 0, j], sums[q, 0, j + 1]
+    d0, d1 = sums[q, 1, j] * h, sums[q, 1, j + 1] * h
+    e0, e1 = sums[q, 2, j] * h * h, sums[q, 2, j + 1] * h * h
+    return np.stack(
+        [
+            y0,
+            d0,
+            0.5 * e0,
+            -10.0 * y0 - 6.0 * d0 - 1.5 * e0 + 0.5 * e1 - 4.0 * d1 + 10.0 * y1,
+            15.0 * y0 + 8.0 * d0 + 1.5 * e0 - e1 + 7.0 * d1 - 15.0 * y1,
+            -6.0 * y0 - 3.0 * d0 - 0.5 * e0 + 0.5 * e1 - 3.0 * d1 + 6.0 * y1,
+        ],
+        axis=1,
+    )
+
+
+def _evaluate(coefficients: FloatArray, t: FloatArray, order: int) -> FloatArray:
+    """The ``order``-th t-derivative (0, 1 or 2) of each piece at its ``t``."""
+    powers = np.arange(6)
+    factor = np.ones(6)
+    for k in range(order):
+        factor = factor * np.maximum(powers - k, 0)
+    exponent = np.maximum(powers - order, 0)
+    return (coefficients * factor * t[:, None] ** exponent).sum(axis=1)
+
+
+def _slope_root(coefficients: FloatArray) -> FloatArray:
+    """The t in [0, 1] where each piece's slope crosses 0 upwards (bisection, to 2^-60)."""
+    a, b = np.zeros(coefficients.shape[0]), np.ones(coefficients.shape[0])
+    for _ in range(60):
+        mid = 0.5 * (a + b)
+        falling = _evaluate(coefficients, mid, 1) < 0.0
+        a, b = np.where(falling, mid, a), np.where(falling, b, mid)
+    return 0.5 * (a + b)
+
+
+def _lowest_per_window(window: IntArray, value: FloatArray) -> IntArray:
+    """Indices of the lowest value of each window (the loss may have several local minima)."""
+    order = np.lexsort((value, window))
+    first = np.r_[True, window[order][1:] != window[order][:-1]]
+    return order[first]

@@ -12,7 +12,7 @@ from scipy.stats import binom
 
 from service.calibration import CalibrationInputError, infer_ece, multiclass_reading
 from service.calibration.binning import default_edges
-from service.calibration.ece_inference import EXACT_ROWS, _absolute_moments
+from service.calibration.ece_inference import EXACT_ROWS, _absolute_moments, infer_ece_many
 from service.calibration.simulation import SCENARIOS
 from service.calibration.stats import binary_stats, multiclass_stats
 
@@ -177,3 +177,17 @@ def test_ordering_and_ranges(data):
     flipped = infer_ece(counts[order], (confidence * counts)[order], hits[order])
     assert flipped.debiased == pytest.approx(got.debiased, abs=1e-9)
     assert flipped.interval == pytest.approx(got.interval, abs=1e-9)
+
+
+def test_many_tables_at_once_equal_one_at_a_time():
+    rng = np.random.default_rng(12)
+    tables = [stats_of(task, ece, n, rng) for task, ece, n in CELLS[:8]]
+    counts = np.array([t.bin_count for t in tables], dtype=float)
+    sums = np.array([t.bin_confidence_sum for t in tables])
+    hits = np.array([t.bin_correct_sum for t in tables], dtype=float)
+    counts[3] = sums[3] = hits[3] = 0.0
+    many = infer_ece_many(counts, sums, hits)
+    assert math.isnan(many.ece[3]) and math.isnan(many[3].upper)
+    for i in (0, 1, 2, 4, 5, 6, 7):
+        one = infer_ece(counts[i], sums[i], hits[i])
+        assert abs(many.upper[i] - one.upper) < 1e-12 and abs(many.lower[i] - one.lower) < 1e-12

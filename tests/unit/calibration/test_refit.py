@@ -35,6 +35,7 @@ from service.calibration.refit import (
     grouped_knot_sums,
     multiclass_knot_sums,
     refit_from_knot_sums,
+    refit_many,
 )
 
 SETTINGS = settings(max_examples=40, deadline=None)
@@ -405,3 +406,20 @@ def test_bad_inputs_name_the_field(call, field):
     with pytest.raises(CalibrationInputError) as err:
         call()
     assert err.value.field == field
+
+
+def test_many_windows_at_once_equal_one_at_a_time():
+    rng = np.random.default_rng(21)
+    sums, rows = [], []
+    for _ in range(30):
+        N = int(rng.integers(1, 2000))
+        z, y = multiclass_data(
+            rng, N, 4, math.exp(rng.uniform(-2.0, 2.0)), math.exp(rng.uniform(-1.5, 1.5))
+        )
+        sums.append(multiclass_knot_sums(z, y, 1.0))
+        rows.append(N)
+    sums.append(np.zeros((3, N_KNOTS)))
+    rows.append(0)
+    many = refit_many(np.array(sums), np.array(rows))
+    for i in range(len(rows)):
+        assert many[i] == refit_from_knot_sums(sums[i], rows[i])
