@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from scipy.stats import chi2
 
-from service.calibration._checks import FloatArray, float_array, non_negative_number
+from service.calibration._checks import FloatArray, IntArray, float_array, non_negative_number
 from service.calibration.ece_inference import EceInference
 from service.calibration.errors import CalibrationInputError
 from service.calibration.readings import Reading, ReliabilityBin, bins_inference
@@ -335,52 +335,121 @@ def assess_drift(
     )
 
 
+@dataclass(frozen=True)
+class StatusEvidence:
+    """What the status rule looks at, for S windows as (S,) arrays (see the module docstring).
+
+    ``labeled`` rows, the window's 95% ECE interval ``lower``/``upper``, its ``debiased`` ECE and
+    calibration-test ``p_value``.
+    """
+
+    labeled: IntArray
+    lower: FloatArray
+    upper: FloatArray
+    debiased: FloatArray
+    p_value: FloatArray
+
+
+@dataclass(frozen=True)
+class StatusConditions:
+    """Each condition of the rule, (S,) booleans, and the status they decide (S,) strings."""
+
+    no_rows: np.ndarray
+    too_few: np.ndarray
+    above_max: np.ndarray
+    increase_beyond_both: np.ndarray
+    shows_miscalibration: np.ndarray
+    debiased_above_max: np.ndarray
+    debiased_increase: np.ndarray
+    cannot_tell: np.ndarray
+    status: np.ndarray
+
+
+def decide_statuses(
+    window: StatusEvidence, baseline: EceInference, policy: DriftPolicy
+) -> StatusConditions:
+    """The status rule over many windows at once: every condition, then the status."""
+    no_rows = window.labeled == 0
+    too_few = window.labeled < policy.min_labeled
+    above_max = window.lower > policy.max_ece
+    increase = window.lower - baseline.upper > policy.max_ece_increase
+    shows = window.p_value < WARN_P_VALUE
+    debiased_above = window.debiased > policy.max_ece
+    debiased_increase = window.debiased - baseline.debiased > policy.max_ece_increase
+    cannot_tell = window.upper >= CANNOT_TELL_FACTOR * policy.max_ece
+    status = np.select(
+        [
+            no_rows | too_few,
+            above_max | increase,
+            shows & (debiased_above | debiased_increase),
+            cannot_tell,
+        ],
+        [INSUFFICIENT_DATA, ALERT, WARN, INSUFFICIENT_DATA],
+        default=OK,
+    )
+    return StatusConditions(
+        no_rows,
+        too_few,
+        above_max,
+        increase,
+        shows,
+        debiased_above,
+        debiased_increase,
+        cannot_tell,
+        status,
+    )
+
+
 def _status(
     window: Reading, baseline: EceInference, policy: DriftPolicy
 ) -> tuple[str, tuple[str, ...]]:
-    if window.n == 0:
-        return INSUFFICIENT_DATA, ("no labeled predictions in the window",)
-    if window.n < policy.min_labeled:
-        return INSUFFICIENT_DATA, (
+    lower, upper = window.ece_ci
+    evidence = StatusEvidence(
+        labeled=np.array([window.n]),
+        lower=np.array([lower]),
+        upper=np.array([upper]),
+        debiased=np.array([window.ece_debiased]),
+        p_value=np.array([window.calibration_p_value]),
+    )
+    c = decide_statuses(evidence, baseline, policy)
+    status = str(c.status[0])
+    if c.no_rows[0]:
+        return status, ("no labeled predictions in the window",)
+    if c.too_few[0]:
+        return status, (
             f"{window.n} labeled predictions in the window, fewer than min_labeled "
             f"{policy.min_labeled}",
         )
-    lower, upper = window.ece_ci
-    alerts = []
-    if lower > policy.max_ece:
-        alerts.append(
-            f"the ECE's 95% interval [{lower:.4f}, {upper:.4f}] lies above max_ece "
-            f"{policy.max_ece:.4f}"
-        )
-    if lower - baseline.upper > policy.max_ece_increase:
-        alerts.append(
-            f"the ECE's 95% lower bound {lower:.4f} exceeds the baseline's upper bound "
-            f"{baseline.upper:.4f} by {lower - baseline.upper:.4f}, more than max_ece_increase "
-            f"{policy.max_ece_increase:.4f}"
-        )
-    if alerts:
-        return ALERT, tuple(alerts)
-    warnings = []
-    p = window.calibration_p_value
-    if p < WARN_P_VALUE:
-        evidence = f"(calibration test p = {p:.2g})"
-        if window.ece_debiased > policy.max_ece:
-            warnings.append(
-                f"debiased ECE {window.ece_debiased:.4f} exceeds max_ece {policy.max_ece:.4f} "
-                f"{evidence}"
+    reasons = []
+    if status == ALERT:
+        if c.above_max[0]:
+            reasons.append(
+                f"the ECE's 95% interval [{lower:.4f}, {upper:.4f}] lies above max_ece "
+                f"{policy.max_ece:.4f}"
             )
-        rise = window.ece_debiased - baseline.debiased
-        if rise > policy.max_ece_increase:
-            warnings.append(
+        if c.increase_beyond_both[0]:
+            reasons.append(
+                f"the ECE's 95% lower bound {lower:.4f} exceeds the baseline's upper bound "
+                f"{baseline.upper:.4f} by {lower - baseline.upper:.4f}, more than "
+                f"max_ece_increase {policy.max_ece_increase:.4f}"
+            )
+    elif status == WARN:
+        shown = f"(calibration test p = {window.calibration_p_value:.2g})"
+        if c.debiased_above_max[0]:
+            reasons.append(
+                f"debiased ECE {window.ece_debiased:.4f} exceeds max_ece {policy.max_ece:.4f} "
+                f"{shown}"
+            )
+        if c.debiased_increase[0]:
+            rise = window.ece_debiased - baseline.debiased
+            reasons.append(
                 f"debiased ECE {window.ece_debiased:.4f} is {rise:.4f} above the baseline's "
                 f"{baseline.debiased:.4f}, more than max_ece_increase "
-                f"{policy.max_ece_increase:.4f} {evidence}"
+                f"{policy.max_ece_increase:.4f} {shown}"
             )
-    if warnings:
-        return WARN, tuple(warnings)
-    if upper >= CANNOT_TELL_FACTOR * policy.max_ece:
-        return INSUFFICIENT_DATA, (
+    elif status == INSUFFICIENT_DATA:
+        reasons.append(
             f"the ECE's 95% interval [{lower:.4f}, {upper:.4f}] still admits "
-            f"{CANNOT_TELL_FACTOR:g} x max_ece: the window cannot tell",
+            f"{CANNOT_TELL_FACTOR:g} x max_ece: the window cannot tell"
         )
-    return OK, ()
+    return status, tuple(reasons)

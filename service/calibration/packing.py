@@ -91,31 +91,58 @@ def pack(stats: CalibrationStats) -> np.ndarray:
 def unpack_knots(vector: np.ndarray, layout: StatsLayout) -> np.ndarray:
     """The (3, J) refit knot sums at the end of a packed vector of a ``refit`` layout."""
     vector = np.asarray(vector, dtype=np.float64)
-    if not layout.refit or vector.shape != (layout.size,):
-        raise ValueError(f"packed vector of {vector.size} values has no refit knots")
-    return vector[layout.stats_size :].reshape(3, N_KNOTS)
+    if vector.ndim != 1:
+        raise ValueError(f"expected one packed vector, got shape {vector.shape}")
+    return unpack_knots_many(vector[None, :], layout)[0]
 
 
-def unpack(vector: np.ndarray, layout: StatsLayout) -> CalibrationStats:
-    """Rebuild statistics from a packed vector (or a sum of packed vectors) of ``layout``."""
+def unpack_knots_many(matrix: np.ndarray, layout: StatsLayout) -> np.ndarray:
+    """The (S, 3, J) refit knot sums at the end of S packed vectors (S, L) of a refit layout."""
+    matrix = np.asarray(matrix, dtype=np.float64)
+    if not layout.refit or matrix.ndim != 2 or matrix.shape[1] != layout.size:
+        raise ValueError(f"packed vectors of shape {matrix.shape} have no refit knots")
+    return matrix[:, layout.stats_size :].reshape(matrix.shape[0], 3, N_KNOTS)
+
+
+def unpack_fields(matrix: np.ndarray, layout: StatsLayout) -> dict[str, np.ndarray]:
+    """The statistics fields of S packed vectors (S, L) of ``layout``, each with a leading S axis.
+
+    Counts come back as whole float64 numbers; the layout's refit knots are not included.
+    """
     template = layout.empty()
-    vector = np.asarray(vector, dtype=np.float64)
-    if vector.shape != (layout.size,):
-        raise ValueError(f"packed statistics have {vector.size} values, layout needs {layout.size}")
-    values: dict[str, Any] = {}
+    matrix = np.asarray(matrix, dtype=np.float64)
+    if matrix.ndim != 2 or matrix.shape[1] != layout.size:
+        raise ValueError(f"packed statistics have {matrix.shape}, layout needs (S, {layout.size})")
+    S = matrix.shape[0]
+    fields: dict[str, np.ndarray] = {}
     offset = 0
     for name in _SCALARS:
-        number = float(vector[offset])
-        values[name] = round(number) if name in _INTEGER else number
+        column = matrix[:, offset]
+        fields[name] = np.rint(column) if name in _INTEGER else column
         offset += 1
     for name in _ARRAYS:
         shape_of = getattr(template, name)
         if shape_of is None:
             continue
         size = int(np.prod(shape_of.shape))
-        chunk = vector[offset : offset + size].reshape(shape_of.shape)
-        values[name] = np.rint(chunk).astype(np.int64) if name in _INTEGER else chunk.copy()
+        chunk = matrix[:, offset : offset + size].reshape(S, *shape_of.shape)
+        fields[name] = np.rint(chunk) if name in _INTEGER else chunk
         offset += size
+    return fields
+
+
+def unpack(vector: np.ndarray, layout: StatsLayout) -> CalibrationStats:
+    """Rebuild statistics from a packed vector (or a sum of packed vectors) of ``layout``."""
+    vector = np.asarray(vector, dtype=np.float64)
+    if vector.shape != (layout.size,):
+        raise ValueError(f"packed statistics have {vector.size} values, layout needs {layout.size}")
+    values: dict[str, Any] = {}
+    for name, column in unpack_fields(vector[None, :], layout).items():
+        value = column[0]
+        if name in _INTEGER:
+            values[name] = int(value) if value.ndim == 0 else value.astype(np.int64)
+        else:
+            values[name] = float(value) if value.ndim == 0 else value.copy()
     return CalibrationStats(
         task=layout.task,
         edges=np.asarray(layout.edges),
