@@ -27,9 +27,7 @@ def window(task: str, target: float, n: int, rng: np.random.Generator):
         knots = grouped_knot_sums(task, inputs, labels, np.zeros(n, int), 1)[0]
     else:
         stats = binary_stats(inputs, labels, EDGES)
-        log_odds = np.log(np.clip(inputs, 1e-6, 1 - 1e-6)) - np.log1p(
-            -np.clip(inputs, 1e-6, 1 - 1e-6)
-        )
+        log_odds = logit(inputs)
         knots = grouped_knot_sums(task, log_odds, labels, np.zeros(n, int), 1)[0]
     return np.concatenate([pack(stats), knots.ravel()]), stats
 
