@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 from scipy.special import gammaln, ndtr, ndtri
 
-from service.calibration._checks import FloatArray
+from service.calibration._checks import FloatArray, IntArray
 from service.calibration.errors import CalibrationInputError
 
 LEVEL = 0.95
@@ -258,7 +258,7 @@ class _Problems:
         median = self.quantile(np.zeros(3 * e.S), np.zeros(3 * e.S), everything)
         self.target = np.where(self.shrunk, observed, np.maximum(observed, median))
 
-    def worlds(self, t: FloatArray, rows: FloatArray) -> tuple[FloatArray, FloatArray]:
+    def worlds(self, t: FloatArray, rows: IntArray) -> tuple[FloatArray, FloatArray]:
         """The gaps (R, M) of problems ``rows`` at parameters ``t`` (R,), and their true ECEs."""
         c, d, noise = self.c[rows], self.d[rows], self.noise[rows]
         cut = np.maximum(np.abs(d) - t[:, None] * noise, 0.0)
@@ -268,7 +268,7 @@ class _Problems:
         p = np.clip(c - delta, 0.0, 1.0)
         return delta, (np.abs(c - p) * self.w[rows]).sum(axis=1)
 
-    def quantile(self, t: FloatArray, z: FloatArray, rows: FloatArray) -> FloatArray:
+    def quantile(self, t: FloatArray, z: FloatArray, rows: IntArray) -> FloatArray:
         """Cornish-Fisher z-quantiles of the plug-in ECE in the worlds at ``t``."""
         delta, _ = self.worlds(t, rows)
         mean, var, third = _cumulants(
@@ -284,7 +284,7 @@ class _Problems:
         everything = np.arange(n)
         flip = np.where(self.shrunk, -1.0, 1.0)
 
-        def excess(t: FloatArray, rows: FloatArray) -> FloatArray:
+        def excess(t: FloatArray, rows: IntArray) -> FloatArray:
             return flip[rows] * (self.quantile(t, self.z[rows], rows) - self.target[rows])
 
         lo, hi = np.zeros(n), self.t_max.copy()
@@ -319,7 +319,7 @@ def _cumulants(
     w: FloatArray,
     total: FloatArray,
     delta: FloatArray,
-    rows: FloatArray | None = None,
+    rows: IntArray | None = None,
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
     """Mean, variance and third cumulant of the plug-in ECE in the worlds ``delta`` (R, M)."""
     p = np.clip(c - delta, 0.0, 1.0)
@@ -384,7 +384,7 @@ class _Moments:
             self.tiers.append((r, m, k, rest, log_choose, np.stack([dev, dev * dev, dev**3])))
 
     def __call__(
-        self, p: FloatArray, rows: FloatArray | None = None
+        self, p: FloatArray, rows: IntArray | None = None
     ) -> tuple[FloatArray, FloatArray, FloatArray]:
         """E|D|, E D^2, E|D|^3 at success probabilities ``p`` of the bins ``rows`` (all)."""
         c = self.c if rows is None else self.c[rows]

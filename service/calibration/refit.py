@@ -354,20 +354,20 @@ def refit_many(sums: Any, n: Any) -> RefitEstimates:
     curvature = np.full(S, np.nan)
     at_lo = slopes[:, 0] >= 0.0
     at_hi = ~at_lo & (slopes[:, -1] <= 0.0)
-    for mask, j, t, bound in ((at_lo, 0, 0.0, lo), (at_hi, N_KNOTS - 2, 1.0, hi)):
-        s = np.flatnonzero(mask)
-        if s.size:
-            u[s] = bound
-            piece = _hermite_pieces(arr[s], np.full(s.size, j))
-            curvature[s] = _evaluate(piece, np.full(s.size, t), 2) / _SPACING**2
+    for mask, end, side, bound in ((at_lo, 0, 0.0, lo), (at_hi, N_KNOTS - 2, 1.0, hi)):
+        edge = np.flatnonzero(mask)
+        if edge.size:
+            u[edge] = bound
+            piece = _hermite_pieces(arr[edge], np.full(edge.size, end))
+            curvature[edge] = _evaluate(piece, np.full(edge.size, side), 2) / _SPACING**2
     inside = ~(at_lo | at_hi)
-    s, j = np.nonzero((slopes[:, :-1] < 0.0) & (slopes[:, 1:] >= 0.0) & inside[:, None])
-    if s.size:
-        piece = _hermite_pieces(arr[s], j)
-        t = _slope_root(piece)
-        best = _lowest_per_window(s, _evaluate(piece, t, 0))
-        u[s[best]] = REFIT_KNOTS[j[best]] + t[best] * _SPACING
-        curvature[s[best]] = _evaluate(piece[best], t[best], 2) / _SPACING**2
+    window, knot = np.nonzero((slopes[:, :-1] < 0.0) & (slopes[:, 1:] >= 0.0) & inside[:, None])
+    if window.size:
+        pieces = _hermite_pieces(arr[window], knot)
+        t = _slope_root(pieces)
+        best = _lowest_per_window(window, _evaluate(pieces, t, 0))
+        u[window[best]] = REFIT_KNOTS[knot[best]] + t[best] * _SPACING
+        curvature[window[best]] = _evaluate(pieces[best], t[best], 2) / _SPACING**2
     at_bound = np.minimum(u - lo, hi - u) < BOUND_TOL
     bends = curvature > 0.0
     found = (rows >= 2) & np.isfinite(u) & (bends | at_bound)
