@@ -126,6 +126,9 @@ def infer_ece_many(
     n, c, k = _bin_arrays(counts, confidence_sums, success_counts)
     if not 0.5 < level < 1.0:
         raise CalibrationInputError("level", "must lie strictly between 0.5 and 1")
+    if n.shape[1] == 0:
+        nan = np.full(n.shape[0], np.nan)
+        return EceInferences(nan, nan, nan, nan, nan, nan)
     return _Evidence(n, c, k).infer(1.0 - level)
 
 

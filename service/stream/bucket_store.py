@@ -38,8 +38,9 @@ class BucketDelta:
 
 @dataclass(frozen=True)
 class BucketTotals:
-    """A bucket's stored totals, as read for a window."""
+    """A bucket's stored totals, as read for a window (``bucket_start`` its UTC start)."""
 
+    bucket_start: datetime
     contract_id: str
     n_predictions: int
     n_labeled: int
@@ -161,6 +162,7 @@ def window_totals(
     )
     rows = session.execute(
         select(
+            CalibrationBucket.bucket_start,
             CalibrationBucket.contract_id,
             CalibrationBucket.n_predictions,
             CalibrationBucket.n_labeled,
@@ -172,6 +174,7 @@ def window_totals(
     )
     return [
         BucketTotals(
+            r.bucket_start,
             r.contract_id,
             int(r.n_predictions),
             int(r.n_labeled),

@@ -275,6 +275,43 @@ SCHEMAS: dict[str, Any] = {
         ["events", "next_cursor"],
     ),
     "ChainVerification": _record({"valid": {"type": "boolean"}}, ["valid"]),
+    "History": _record(
+        {
+            "model": {"type": "string"},
+            "cohort": {"type": "string"},
+            "start": {"type": "string"},
+            "end": {"type": "string"},
+            "step_seconds": {"type": "integer"},
+            "contract": {"type": "object"},
+            "policy": {"type": "object"},
+            "baseline": {"type": "object"},
+            "points": {
+                "type": "array",
+                "items": _record(
+                    {
+                        "start": {"type": "string"},
+                        "n_predictions": {"type": "integer"},
+                        "n_labeled": {"type": "integer"},
+                        "label_coverage": _NULLABLE_NUMBER,
+                        "ece": _NULLABLE_NUMBER,
+                        "ece_debiased": _NULLABLE_NUMBER,
+                        "ece_ci": {"type": ["array", "null"], "items": _NUMBER},
+                        "nll": _NULLABLE_NUMBER,
+                        "brier": _NULLABLE_NUMBER,
+                        "accuracy": _NULLABLE_NUMBER,
+                        "refit_temperature": _NULLABLE_NUMBER,
+                        "confidence_psi": _NULLABLE_NUMBER,
+                        "status": {
+                            "type": "string",
+                            "enum": ["insufficient_data", "ok", "warn", "alert"],
+                        },
+                    },
+                    ["start", "n_predictions", "n_labeled", "status"],
+                ),
+            },
+        },
+        ["model", "cohort", "start", "end", "step_seconds", "points"],
+    ),
     "Status": _record({"status": {"type": "string"}}, ["status"]),
 }
 
@@ -454,6 +491,30 @@ PATHS: dict[str, Any] = {
             "The reading of a window and cohort slice",
             {"200": _reply("reading, bins, baseline, drift", _ref("Calibration"))},
             params=[_MODEL_PATH, *_WINDOW_PARAMS],
+        )
+    },
+    "/v1/models/{model}/history": {
+        "get": _op(
+            "history",
+            "A cohort slice's readings per step (step a multiple of 5 minutes; default 7 days at"
+            " 1 h), as JSON or (format=csv) as CSV",
+            {
+                "200": {
+                    "description": "one point per step, oldest first",
+                    "content": {
+                        JSON: {"schema": _ref("History")},
+                        "text/csv": {"schema": {"type": "string"}},
+                    },
+                }
+            },
+            params=[
+                _MODEL_PATH,
+                _param("start", schema=_TIMESTAMP),
+                _param("end", schema=_TIMESTAMP),
+                _param("step", schema={"type": "string", "pattern": "^[1-9][0-9]{0,7}[smhd]$"}),
+                _param("cohort"),
+                _param("format", schema={"type": "string", "enum": ["json", "csv"]}),
+            ],
         )
     },
     "/v1/models/{model}/reliability.svg": {

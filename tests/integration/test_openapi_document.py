@@ -23,6 +23,7 @@ ROLE_TABLE: dict[tuple[str, str], set[str]] = {
     ("POST", "/v1/predictions"): {"ingest", "admin"},
     ("POST", "/v1/labels"): {"ingest", "admin"},
     ("GET", "/v1/models/{model}/calibration"): {"reader", "gate", "admin"},
+    ("GET", "/v1/models/{model}/history"): {"reader", "gate", "admin"},
     ("GET", "/v1/models/{model}/cohorts"): {"reader", "gate", "admin"},
     ("POST", "/v1/gate"): {"gate", "admin"},
     ("GET", "/v1/gate/decisions"): {"reader", "gate", "admin"},

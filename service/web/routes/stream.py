@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import csv
+import io
 from dataclasses import asdict
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
@@ -17,10 +19,11 @@ from service.export.instruments import (
     PREDICTIONS_INGESTED,
     observe_many,
 )
+from service.stream import history as histories
 from service.stream import ingestion
 from service.stream import readings as monitoring
 from service.stream.cohorts import ALL, KEY_PATTERN, parse_slice_query
-from service.stream.windows import Window, WindowError
+from service.stream.windows import Window, WindowError, parse_duration
 from service.web.auth import requires
 from service.web.bodies import json_body
 from service.web.db_session import db_session
@@ -77,14 +80,18 @@ def _window(now: datetime) -> Window:
 def slice_and_window(now: datetime) -> tuple[str, Window]:
     """The ``cohort`` and ``window`` (or ``start``/``end``) query parameters, validated."""
     check_known(("window", "start", "end", "cohort"))
-    window = _window(now)
+    return _slice(), _window(now)
+
+
+def _slice() -> str:
+    """The ``cohort`` query parameter (``key:value`` or ``key=value``; default ``all``)."""
     try:
         slice_ = parse_slice_query(request.args.get("cohort"))
         if slice_ != ALL and not KEY_PATTERN.fullmatch(slice_.partition("=")[0]):
             raise ValueError("the cohort key is 1-64 letters, digits, _ . - and nothing else")
     except ValueError as exc:
         raise ValidationFailed("invalid cohort", [ErrorDetail("cohort", str(exc))]) from None
-    return slice_, window
+    return slice_
 
 
 @bp.get("/models/<model>/calibration")
@@ -105,3 +112,35 @@ def cohorts(model: str) -> Response:
     check_known(())
     slices = monitoring.cohort_slices(db_session(), model)
     return jsonify({"model": model, "slices": [asdict(s) for s in slices]})
+
+
+#: A history without ``start`` covers this much before its end.
+DEFAULT_HISTORY = timedelta(days=7)
+
+
+@bp.get("/models/<model>/history")
+@requires(Permission.READ)
+def history(model: str) -> Response:
+    """A cohort slice's readings per step (JSON, or CSV with ``format=csv``)."""
+    check_known(("cohort", "start", "end", "step", "format"))
+    now = utcnow()
+    end = timestamp_arg("end", now) or now
+    start = timestamp_arg("start", now) or end - DEFAULT_HISTORY
+    fmt = request.args.get("format", "json")
+    if fmt not in ("json", "csv"):
+        raise ValidationFailed("invalid format", [ErrorDetail("format", "must be json or csv")])
+    try:
+        step = parse_duration(request.args.get("step", "1h"))
+    except WindowError as exc:
+        raise ValidationFailed("invalid step", [ErrorDetail("step", str(exc))]) from None
+    found = histories.model_history(db_session(), model, _slice(), start, end, step, now)
+    if fmt == "json":
+        return jsonify(found.to_dict())
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(histories.CSV_COLUMNS)
+    writer.writerows(found.csv_rows())
+    response = Response(out.getvalue(), mimetype="text/csv")
+    response.headers["Content-Disposition"] = f'attachment; filename="{model}-history.csv"'
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    return response

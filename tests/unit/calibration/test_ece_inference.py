@@ -46,8 +46,9 @@ def test_a_large_gap_is_found_and_bracketed():
 
 
 def test_no_rows_gives_nan():
-    got = infer_ece([0, 0], [0.0, 0.0], [0, 0])
-    assert all(math.isnan(v) for v in (got.ece, got.debiased, got.lower, got.upper, got.p_value))
+    for got in (infer_ece([0, 0], [0.0, 0.0], [0, 0]), infer_ece([], [], [])):
+        values = (got.ece, got.debiased, got.lower, got.upper, got.p_value)
+        assert all(math.isnan(v) for v in values)
 
 
 @pytest.mark.parametrize(

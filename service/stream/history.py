@@ -1,0 +1,298 @@
+"""A cohort slice's calibration over time: one reading per step, from the bucket statistics.
+
+Steps are multiples of 5 minutes; a step of whole hours reads the hour buckets, any other the
+5-minute ones, and the range is widened to whole steps (the start down, the end up). Each step
+is measured against the newest contract version with data in it, exactly as a window reading
+is (``readings.calibration_reading``), with every number of a step computed in one vectorised
+pass per contract version (``service.calibration.series``); no prediction row is read.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+from sqlalchemy.orm import Session
+
+from service.calibration.series import SeriesReadings, series_readings
+from service.common.errors import ErrorDetail, NotFound, ValidationFailed
+from service.common.values import format_timestamp
+from service.contracts import store as contracts_store
+from service.contracts.model import Contract
+from service.contracts.service import current_contract
+from service.stream import bucket_store
+from service.stream.bucketing import layout_of
+from service.stream.windows import FINE, HOUR, MAX_WINDOW, RESOLUTION_FINE, RESOLUTION_HOUR
+
+#: At most this many steps per history (30 days at 1 h are 720; 7 days at 5 min 2,016).
+MAX_STEPS = 2_100
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class HistoryPoint:
+    """The reading of one step ``[start, start + step)``; metrics None without labels."""
+
+    start: datetime
+    contract_version: int | None
+    n_predictions: int
+    n_labeled: int
+    ece: float | None
+    ece_debiased: float | None
+    ece_ci: tuple[float, float] | None
+    nll: float | None
+    brier: float | None
+    accuracy: float | None
+    refit_temperature: float | None
+    refit_temperature_ci: tuple[float, float] | None
+    confidence_psi: float | None
+    confidence_psi_no_shift: float | None
+    status: str
+
+    @property
+    def label_coverage(self) -> float | None:
+        """Share of the step's predictions labeled (None without predictions)."""
+        return self.n_labeled / self.n_predictions if self.n_predictions else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "start": format_timestamp(self.start),
+            "contract_version": self.contract_version,
+            "n_predictions": self.n_predictions,
+            "n_labeled": self.n_labeled,
+            "label_coverage": self.label_coverage,
+            "ece": self.ece,
+            "ece_debiased": self.ece_debiased,
+            "ece_ci": None if self.ece_ci is None else list(self.ece_ci),
+            "nll": self.nll,
+            "brier": self.brier,
+            "accuracy": self.accuracy,
+            "refit_temperature": self.refit_temperature,
+            "refit_temperature_ci": None
+            if self.refit_temperature_ci is None
+            else list(self.refit_temperature_ci),
+            "confidence_psi": self.confidence_psi,
+            "confidence_psi_no_shift": self.confidence_psi_no_shift,
+            "status": self.status,
+        }
+
+
+#: The CSV columns, in order: a point's fields with the intervals split in two.
+CSV_COLUMNS = (
+    "start",
+    "contract_version",
+    "n_predictions",
+    "n_labeled",
+    "label_coverage",
+    "ece",
+    "ece_debiased",
+    "ece_ci_lower",
+    "ece_ci_upper",
+    "nll",
+    "brier",
+    "accuracy",
+    "refit_temperature",
+    "refit_temperature_ci_lower",
+    "refit_temperature_ci_upper",
+    "confidence_psi",
+    "confidence_psi_no_shift",
+    "status",
+)
+
+
+@dataclass(frozen=True)
+class History:
+    """A slice's readings over ``[start, end)`` in steps of ``step``, oldest first.
+
+    ``contract`` is the model's current contract: its policy and baseline are what a chart draws
+    its threshold lines from (each point names the version it was measured against).
+    """
+
+    model: str
+    cohort: str
+    start: datetime
+    end: datetime
+    step: timedelta
+    contract: Contract
+    points: tuple[HistoryPoint, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        baseline = self.contract.baseline_reading()
+        return {
+            "model": self.model,
+            "cohort": self.cohort,
+            "start": format_timestamp(self.start),
+            "end": format_timestamp(self.end),
+            "step_seconds": int(self.step.total_seconds()),
+            "contract": {"id": self.contract.id, "version": self.contract.version},
+            "policy": self.contract.policy.to_dict(),
+            "baseline": {"ece": baseline.ece, "ece_debiased": baseline.ece_debiased},
+            "points": [p.to_dict() for p in self.points],
+        }
+
+    def csv_rows(self) -> list[list[Any]]:
+        """One row per point in ``CSV_COLUMNS`` order (empty cells for missing values)."""
+        rows = []
+        for p in self.points:
+            d = p.to_dict()
+            ci = d.pop("ece_ci") or [None, None]
+            refit_ci = d.pop("refit_temperature_ci") or [None, None]
+            d |= {"ece_ci_lower": ci[0], "ece_ci_upper": ci[1]}
+            d |= {
+                "refit_temperature_ci_lower": refit_ci[0],
+                "refit_temperature_ci_upper": refit_ci[1],
+            }
+            rows.append(["" if d[c] is None else d[c] for c in CSV_COLUMNS])
+        return rows
+
+
+def steps_of(start: datetime, end: datetime, step: timedelta) -> tuple[datetime, datetime, str]:
+    """The range widened to whole steps and the bucket resolution that tiles the steps.
+
+    Raises ``ValidationFailed`` naming ``step``, ``start`` or ``end`` when the step is not a
+    multiple of 5 minutes, the range is empty or too long, or it has more than ``MAX_STEPS``.
+    """
+    if step < FINE or step % FINE:
+        raise _invalid("step", "must be a whole number of 5-minute periods, e.g. 5m, 1h, 1d")
+    if end <= start:
+        raise _invalid("end", "must be after start")
+    if end - start > MAX_WINDOW:
+        raise _invalid("start", "histories longer than 400 days are not kept")
+    first = _EPOCH + ((start - _EPOCH) // step) * step
+    last = _EPOCH + -((_EPOCH - end) // step) * step
+    if (last - first) // step > MAX_STEPS:
+        raise _invalid("step", f"gives more than {MAX_STEPS} steps: take a longer step")
+    resolution = RESOLUTION_HOUR if step % HOUR == timedelta(0) else RESOLUTION_FINE
+    return first, last, resolution
+
+
+def _invalid(field: str, message: str) -> ValidationFailed:
+    return ValidationFailed("invalid history", [ErrorDetail(field, message)])
+
+
+def model_history(
+    session: Session,
+    model: str,
+    slice_: str,
+    start: datetime,
+    end: datetime,
+    step: timedelta,
+    now: datetime,
+) -> History:
+    """The slice's reading per step over ``[start, end)`` (widened to whole steps)."""
+    if not contracts_store.model_exists(session, model):
+        raise NotFound(f"unknown model {model!r}")
+    first, last, resolution = steps_of(start, end, step)
+    n_steps = (last - first) // step
+    rows = bucket_store.window_totals(session, model, slice_, [(resolution, first, last)])
+    contracts = {
+        cid: contracts_store.get_contract(session, cid) for cid in {r.contract_id for r in rows}
+    }
+    by_step: dict[int, dict[str, list[bucket_store.BucketTotals]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    for r in rows:
+        by_step[(r.bucket_start - first) // step][r.contract_id].append(r)
+    chosen: dict[str, list[int]] = defaultdict(list)
+    for index, per_contract in by_step.items():
+        newest = max(per_contract, key=lambda cid: _version(contracts[cid]))
+        chosen[newest].append(index)
+    points: dict[int, HistoryPoint] = {}
+    for contract_id, indices in chosen.items():
+        contract = contracts[contract_id]
+        assert contract is not None
+        groups = [by_step[i][contract_id] for i in indices]
+        points.update(zip(indices, _points(contract, first, step, indices, groups), strict=True))
+    empty = [_empty_point(first + i * step) for i in range(n_steps) if i not in points]
+    ordered = sorted([*points.values(), *empty], key=lambda p: p.start)
+    return History(
+        model=model,
+        cohort=slice_,
+        start=first,
+        end=last,
+        step=step,
+        contract=current_contract(session, model, now),
+        points=tuple(ordered),
+    )
+
+
+def _version(contract: Contract | None) -> int:
+    return -1 if contract is None else contract.version
+
+
+def _points(
+    contract: Contract,
+    first: datetime,
+    step: timedelta,
+    indices: list[int],
+    groups: list[list[bucket_store.BucketTotals]],
+) -> list[HistoryPoint]:
+    layout = layout_of(contract)
+    vectors = np.zeros((len(groups), layout.size))
+    counts = np.zeros((len(groups), len(contract.spec.bin_edges) - 1))
+    predictions = np.zeros(len(groups), dtype=np.int64)
+    for g, buckets in enumerate(groups):
+        for b in buckets:
+            predictions[g] += b.n_predictions
+            if b.stats is not None:
+                vectors[g] += b.stats
+            if b.confidence_counts is not None:
+                counts[g] += b.confidence_counts
+    series = series_readings(layout, vectors, counts, contract.baseline_reading(), contract.policy)
+    return [
+        _point(series, g, first + i * step, contract.version, int(predictions[g]))
+        for g, i in enumerate(indices)
+    ]
+
+
+def _number(value: float) -> float | None:
+    return float(value) if math.isfinite(value) else None
+
+
+def _point(
+    s: SeriesReadings, g: int, start: datetime, version: int, n_predictions: int
+) -> HistoryPoint:
+    labeled = int(s.labeled[g])
+    inference = s.inference
+    refit = s.refit[g]
+    return HistoryPoint(
+        start=start,
+        contract_version=version,
+        n_predictions=n_predictions,
+        n_labeled=labeled,
+        ece=_number(s.ece[g]),
+        ece_debiased=_number(inference.debiased[g]),
+        ece_ci=(float(inference.lower[g]), float(inference.upper[g])) if labeled else None,
+        nll=_number(s.nll[g]),
+        brier=_number(s.brier[g]),
+        accuracy=_number(s.accuracy[g]),
+        refit_temperature=None if refit is None else refit.temperature,
+        refit_temperature_ci=None if refit is None else refit.temperature_ci,
+        confidence_psi=_number(s.confidence_psi[g]),
+        confidence_psi_no_shift=_number(s.confidence_psi_no_shift[g]),
+        status=str(s.status[g]),
+    )
+
+
+def _empty_point(start: datetime) -> HistoryPoint:
+    return HistoryPoint(
+        start=start,
+        contract_version=None,
+        n_predictions=0,
+        n_labeled=0,
+        ece=None,
+        ece_debiased=None,
+        ece_ci=None,
+        nll=None,
+        brier=None,
+        accuracy=None,
+        refit_temperature=None,
+        refit_temperature_ci=None,
+        confidence_psi=None,
+        confidence_psi_no_shift=None,
+        status="insufficient_data",
+    )
