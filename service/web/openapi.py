@@ -376,6 +376,12 @@ _WINDOW_PARAMS = [
     _param("end", schema=_TIMESTAMP),
     _param("cohort"),
 ]
+_HISTORY_PARAMS = [
+    _param("start", schema=_TIMESTAMP),
+    _param("end", schema=_TIMESTAMP),
+    _param("step", schema={"type": "string", "pattern": "^[1-9][0-9]{0,7}[smhd]$"}),
+    _param("cohort"),
+]
 _SVG = _reply("SVG", {"type": "string"}, "image/svg+xml")
 
 
@@ -391,6 +397,7 @@ def _links_from_contract() -> dict[str, Any]:
         "ActiveContract": {"operationId": "activeContract", "parameters": by_model},
         "Calibration": {"operationId": "calibration", "parameters": by_model},
         "ModelDiagram": {"operationId": "modelDiagram", "parameters": by_model},
+        "HistoryDiagram": {"operationId": "historyDiagram", "parameters": by_model},
         "Cohorts": {"operationId": "cohorts", "parameters": by_model},
         "Gate": {"operationId": "decideGate", "requestBody": {"contract_id": "$response.body#/id"}},
         "Predictions": {
@@ -509,12 +516,18 @@ PATHS: dict[str, Any] = {
             },
             params=[
                 _MODEL_PATH,
-                _param("start", schema=_TIMESTAMP),
-                _param("end", schema=_TIMESTAMP),
-                _param("step", schema={"type": "string", "pattern": "^[1-9][0-9]{0,7}[smhd]$"}),
-                _param("cohort"),
+                *_HISTORY_PARAMS,
                 _param("format", schema={"type": "string", "enum": ["json", "csv"]}),
             ],
+        )
+    },
+    "/v1/models/{model}/history.svg": {
+        "get": _op(
+            "historyDiagram",
+            "The ECE-over-time chart (SVG) of a cohort slice: the history's steps with the debiased"
+            " ECE and its 95% interval, the policy and baseline lines, statuses and label coverage",
+            {"200": _SVG},
+            params=[_MODEL_PATH, *_HISTORY_PARAMS],
         )
     },
     "/v1/models/{model}/reliability.svg": {

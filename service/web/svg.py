@@ -1,16 +1,56 @@
 """The reliability diagram as SVG: bins against the diagonal with Wilson intervals, and the sample
-count of every bin in a histogram beneath. Server-side, no JavaScript, nothing from a CDN."""
+count of every bin in a histogram beneath. Server-side, no JavaScript, nothing from a CDN.
+
+Two sizes share one template: ``FULL`` (the page's and the API's diagrams) and ``SMALL`` (one
+per class in a multiclass contract's class-wise grid; bin counts as tooltips, not labels).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from flask import render_template
 
-WIDTH, PLOT, HIST = 420, 300, 90
-LEFT, TOP, GAP = 56, 34, 60
+
+@dataclass(frozen=True)
+class Frame:
+    """A diagram's geometry in pixels: the square plot's side, the count histogram's height, the
+    margins left of, above and right of the plot, and the gap between plot and histogram."""
+
+    plot: int
+    hist: int
+    left: int
+    top: int
+    gap: int
+    right: int = 64
+    kind: str = "full"
+
+    @property
+    def count_labels(self) -> bool:
+        """Whether bin counts are printed over the histogram (else only in tooltips)."""
+        return self.kind == "full"
+
+    @property
+    def width(self) -> int:
+        return self.left + self.plot + self.right
+
+    @property
+    def height(self) -> int:
+        return self.top + self.plot + self.gap + self.hist + 34
+
+    def x(self, value: float) -> float:
+        """Pixel column of a probability."""
+        return self.left + value * self.plot
+
+    def y(self, value: float) -> float:
+        """Pixel row of a frequency (y grows downwards)."""
+        return self.top + (1.0 - value) * self.plot
+
+
+FULL = Frame(plot=300, hist=90, left=56, top=34, gap=60)
+SMALL = Frame(plot=150, hist=44, left=58, top=34, gap=56, right=40, kind="small")
 
 
 @dataclass(frozen=True)
@@ -32,33 +72,26 @@ class DiagramBar:
     title: str
 
 
-def _x(value: float) -> float:
-    return LEFT + value * PLOT
-
-
-def _y(value: float) -> float:
-    return TOP + (1.0 - value) * PLOT
-
-
-def layout(bins: Sequence[dict[str, Any]]) -> list[DiagramBar]:
+def layout(bins: Sequence[dict[str, Any]], frame: Frame = FULL) -> list[DiagramBar]:
     """Pixel geometry of each bin: dicts with ``lo``, ``hi``, ``n``, ``mean_confidence``,
     ``accuracy`` and ``ci`` (as in a reading's ``bins``)."""
     tallest = max((b["n"] for b in bins), default=1)
-    base = TOP + PLOT + GAP + HIST
+    base = frame.top + frame.plot + frame.gap + frame.hist
+    x, y = frame.x, frame.y
     bars = []
     for b in bins:
-        lo, hi = _x(b["lo"]), _x(b["hi"])
-        count_height = (HIST - 14) * b["n"] / tallest
+        lo, hi = x(b["lo"]), x(b["hi"])
+        count_height = (frame.hist - 14) * b["n"] / tallest
         bars.append(
             DiagramBar(
                 x=lo + 1,
                 width=max(hi - lo - 2, 1),
-                top=_y(b["accuracy"]),
-                height=_y(0) - _y(b["accuracy"]),
-                point_x=_x(b["mean_confidence"]),
-                point_y=_y(b["accuracy"]),
-                ci_top=_y(b["ci"][1]),
-                ci_bottom=_y(b["ci"][0]),
+                top=y(b["accuracy"]),
+                height=y(0) - y(b["accuracy"]),
+                point_x=x(b["mean_confidence"]),
+                point_y=y(b["accuracy"]),
+                ci_top=y(b["ci"][1]),
+                ci_bottom=y(b["ci"][0]),
                 count_top=base - count_height,
                 count_height=count_height,
                 label=f"{b['n']:,}",
@@ -73,28 +106,36 @@ def layout(bins: Sequence[dict[str, Any]]) -> list[DiagramBar]:
     return bars
 
 
+def _summary(bins: Sequence[dict[str, Any]]) -> str:
+    n = sum(b["n"] for b in bins)
+    if not n:
+        return "No labeled predictions yet."
+    gap = sum(b["n"] * abs(b["mean_confidence"] - b["accuracy"]) for b in bins) / n
+    return (
+        f"{len(bins)} non-empty bins holding {n:,} labeled predictions; the count-weighted gap "
+        f"between mean confidence and observed frequency is {gap:.3f}."
+    )
+
+
 def render(
     bins: Sequence[dict[str, Any]],
     *,
     title: str,
     subtitle: str,
     y_label: str = "observed frequency",
+    x_label: str = "predicted probability (mean confidence per bin)",
+    frame: Frame = FULL,
 ) -> str:
-    """The diagram as a standalone SVG document."""
+    """The diagram as a standalone SVG document (also inlined in the pages)."""
+    tick: Callable[[float], str] = "{:.2f}".format
     return render_template(
         "ui/reliability.svg",
-        bars=layout(bins),
+        bars=layout(bins, frame),
         title=title,
         subtitle=subtitle,
+        summary=_summary(bins),
         y_label=y_label,
-        width=WIDTH,
-        left=LEFT,
-        top=TOP,
-        plot=PLOT,
-        hist=HIST,
-        gap=GAP,
-        height=TOP + PLOT + GAP + HIST + 34,
-        ticks=[0, 0.25, 0.5, 0.75, 1.0],
-        x=_x,
-        y=_y,
+        x_label=x_label,
+        frame=frame,
+        ticks=[(t, tick(t)) for t in (0, 0.25, 0.5, 0.75, 1.0)],
     )

@@ -31,6 +31,7 @@ ROLE_TABLE: dict[tuple[str, str], set[str]] = {
     ("GET", "/v1/audit/verify"): {"reader", "gate", "admin"},
     ("GET", "/v1/openapi.json"): {"reader", "gate", "admin"},
     ("GET", "/v1/models/{model}/reliability.svg"): {"reader", "gate", "admin"},
+    ("GET", "/v1/models/{model}/history.svg"): {"reader", "gate", "admin"},
     ("GET", "/v1/contracts/{contract_id}/reliability.svg"): {"reader", "gate", "admin"},
 }
 

@@ -145,7 +145,7 @@ def test_the_review_page_in_a_browser(served: Served, browser: Browser) -> None:
     assert browser.evaluate("document.querySelector('#ece-ci').textContent") == (
         f"{lo:.4f} \u2013 {hi:.4f}"
     )
-    assert browser.evaluate("document.querySelectorAll('svg g.bin').length") == len(
+    assert browser.evaluate("document.querySelectorAll('svg.full g.bin').length") == len(
         api["bins"]
     ) + len(api["baseline"]["bins"])
     counts = browser.evaluate(
@@ -160,7 +160,7 @@ def test_the_review_page_in_a_browser(served: Served, browser: Browser) -> None:
     browser.screenshot(ARTIFACTS / "review-page.png")
     assert (ARTIFACTS / "review-page.png").stat().st_size > 10_000
     browser.goto(f"{served.url}/ui/contracts/{contract['id']}")
-    browser.wait_for("document.querySelectorAll('svg').length === 4")
+    browser.wait_for("document.querySelectorAll('svg.full').length === 4")
     assert contract["content_sha256"] in browser.evaluate("document.body.innerText")
     assert "measured by calmon" in browser.evaluate("document.body.innerText")
     assert (
@@ -283,6 +283,9 @@ def test_every_review_response_forbids_framing_and_sniffing(
     client: FlaskClient, auth: Auth
 ) -> None:
     contract = client.post("/v1/contracts/fit", json=fit_body(), headers=auth.headers()).get_json()
+    decision = client.post(
+        "/v1/gate", json={"contract_id": contract["id"]}, headers=auth.headers()
+    ).get_json()
     anonymous = [client.get(u) for u in ("/ui/sign-in", "/ui/models/glyphs", "/ui/calmon.css")]
     sign_in(client, auth.token("reader"))
     pages = [
@@ -296,6 +299,11 @@ def test_every_review_response_forbids_framing_and_sniffing(
             "/v1/models/glyphs/reliability.svg",
             f"/v1/contracts/{contract['id']}/reliability.svg",
             f"/v1/contracts/{contract['id']}/reliability.svg?split=test",
+            f"/ui/gate/{decision['id']}",
+            "/ui/gate/nope",
+            "/ui/models/glyphs?range=1y",
+            "/v1/models/glyphs/history.svg",
+            "/v1/models/glyphs/history.svg?step=7m",
         )
     ]
     for response in anonymous + pages:
@@ -308,8 +316,13 @@ def test_every_review_response_forbids_framing_and_sniffing(
     assert (
         pages[5].headers["Content-Security-Policy"] == "default-src 'none'; frame-ancestors 'none'"
     )
-    html = pages[1].get_data(as_text=True)
-    assert "<style" not in html and " style=" not in html and "<script" not in html
+    assert (
+        pages[-2].headers["Content-Security-Policy"] == pages[5].headers["Content-Security-Policy"]
+    )
+    for response in pages:
+        if response.mimetype == "text/html":
+            html = response.get_data(as_text=True)
+            assert "<style" not in html and " style=" not in html and "<script" not in html
     css = anonymous[2]
     assert css.status_code == 200 and css.mimetype == "text/css"
 
@@ -320,7 +333,7 @@ def test_cohort_links_are_url_encoded(client: FlaskClient, auth: Auth) -> None:
     rows = [{**r, "cohort": {"region": value}} for r in _random_predictions(20, seed=3)]
     _send_predictions(client, auth, "glyphs", rows)
     page = client.get("/ui/models/glyphs", headers=auth.headers("reader")).get_data(as_text=True)
-    href = "?window=24h&amp;cohort=region%3Aa%26b+%23c+%C3%BC"
+    href = "?window=24h&amp;cohort=region%3Aa%26b+%23c+%C3%BC&amp;range=7d"
     assert f'href="{href}"' in page
     followed = client.get("/ui/models/glyphs" + html.unescape(href), headers=auth.headers("reader"))
     assert followed.status_code == 200

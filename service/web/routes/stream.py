@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Collection
 from dataclasses import asdict
 from datetime import datetime, timedelta
 
@@ -77,9 +78,10 @@ def _window(now: datetime) -> Window:
         raise ValidationFailed("invalid window", [ErrorDetail(exc.field, str(exc))]) from None
 
 
-def slice_and_window(now: datetime) -> tuple[str, Window]:
-    """The ``cohort`` and ``window`` (or ``start``/``end``) query parameters, validated."""
-    check_known(("window", "start", "end", "cohort"))
+def slice_and_window(now: datetime, also: Collection[str] = ()) -> tuple[str, Window]:
+    """The ``cohort`` and ``window`` (or ``start``/``end``) query parameters, validated; ``also``
+    names further parameters the caller reads itself."""
+    check_known(("window", "start", "end", "cohort", *also))
     return _slice(), _window(now)
 
 
@@ -118,22 +120,29 @@ def cohorts(model: str) -> Response:
 DEFAULT_HISTORY = timedelta(days=7)
 
 
+def history_range(now: datetime) -> tuple[str, datetime, datetime, timedelta]:
+    """The ``cohort``, ``start``, ``end`` and ``step`` of a history, validated (by default the 7
+    days before ``now`` in 1-hour steps)."""
+    end = timestamp_arg("end", now) or now
+    start = timestamp_arg("start", now) or end - DEFAULT_HISTORY
+    try:
+        step = parse_duration(request.args.get("step", "1h"))
+    except WindowError as exc:
+        raise ValidationFailed("invalid step", [ErrorDetail("step", str(exc))]) from None
+    return _slice(), start, end, step
+
+
 @bp.get("/models/<model>/history")
 @requires(Permission.READ)
 def history(model: str) -> Response:
     """A cohort slice's readings per step (JSON, or CSV with ``format=csv``)."""
     check_known(("cohort", "start", "end", "step", "format"))
     now = utcnow()
-    end = timestamp_arg("end", now) or now
-    start = timestamp_arg("start", now) or end - DEFAULT_HISTORY
     fmt = request.args.get("format", "json")
     if fmt not in ("json", "csv"):
         raise ValidationFailed("invalid format", [ErrorDetail("format", "must be json or csv")])
-    try:
-        step = parse_duration(request.args.get("step", "1h"))
-    except WindowError as exc:
-        raise ValidationFailed("invalid step", [ErrorDetail("step", str(exc))]) from None
-    found = histories.model_history(db_session(), model, _slice(), start, end, step, now)
+    slice_, start, end, step = history_range(now)
+    found = histories.model_history(db_session(), model, slice_, start, end, step, now)
     if fmt == "json":
         return jsonify(found.to_dict())
     out = io.StringIO()

@@ -1,18 +1,22 @@
-"""The review page: the reliability diagram with its counts, for people who would rather look.
+"""The review pages and their diagrams, for people who would rather look.
 
-Server-rendered HTML with inline SVG, one stylesheet (``/ui/calmon.css``), no JavaScript. Every
-response of this blueprint carries a Content-Security-Policy that allows nothing but this
-origin's stylesheet and forms (``frame-ancestors 'none'``), ``X-Frame-Options: DENY``,
-``X-Content-Type-Options: nosniff`` and ``Referrer-Policy: no-referrer``. Signing in stores a
-session (``service.auth.service.open_ui_session``) and sets a cookie holding its random id;
-links
-carry their path segments and query values percent-encoded.
+``/ui`` the fleet (every model worst first, its slices in alert or warn and since when),
+``/ui/models/{model}`` a model's reading, diagrams, history chart and class-wise reliability,
+``/ui/contracts/{id}`` a contract, ``/ui/gate/{id}`` one gate decision with its audit hashes; and
+the SVG diagrams the API serves (reliability of a window or a baseline, ECE over time). Each
+handler parses, makes one call (a page builder of ``service.web.ui_models`` or a use case) and
+renders. Server-rendered HTML with inline SVG, one stylesheet (``/ui/calmon.css``), no
+JavaScript. Every response of this blueprint carries a Content-Security-Policy that allows
+nothing but this origin's stylesheet and forms (``frame-ancestors 'none'``),
+``X-Frame-Options: DENY``, ``X-Content-Type-Options: nosniff`` and ``Referrer-Policy:
+no-referrer``. Signing in stores a session (``service.auth.service.open_ui_session``) and sets a
+cookie holding its random id; links carry their path segments and query values percent-encoded.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import asdict
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote, unquote, urlencode, urlsplit
 
@@ -28,16 +32,13 @@ from flask import (
 from werkzeug.urls import iri_to_uri
 from werkzeug.wrappers import Response as BaseResponse
 
-from service.audit import service as audit_service
 from service.auth.tokens import Permission, Principal
-from service.calibration import bins_inference
 from service.common.clock import utcnow
 from service.common.errors import CalmonError, NotFound
 from service.contracts import service as contracts_service
-from service.contracts.model import Contract
-from service.gate import service as gate_service
+from service.stream import history as histories
 from service.stream import readings as monitoring
-from service.stream.cohorts import ALL
+from service.web import ui_models as pages
 from service.web.auth import (
     LEGACY_TOKEN_COOKIE,
     SESSION_COOKIE,
@@ -47,8 +48,10 @@ from service.web.auth import (
     requires,
 )
 from service.web.db_session import db_session
+from service.web.history_svg import render_history
 from service.web.http_errors import ApiError
-from service.web.routes.stream import slice_and_window
+from service.web.queries import check_known
+from service.web.routes.stream import history_range, slice_and_window
 from service.web.svg import render
 
 bp = Blueprint("ui", __name__)
@@ -92,6 +95,18 @@ def _segment(value: Any) -> str:
     return quote(str(value), safe="")
 
 
+@bp.app_template_filter("age")
+def _age(then: datetime, now: datetime) -> str:
+    """How long before ``now`` a time lies, in its two largest units (``3 h 5 min``)."""
+    seconds = max(int((now - then).total_seconds()), 0)
+    days, rest = divmod(seconds, 86_400)
+    hours, rest = divmod(rest, 3_600)
+    minutes, seconds = divmod(rest, 60)
+    units = [(days, "d"), (hours, "h"), (minutes, "min"), (seconds, "s")]
+    first = next((i for i, (value, _) in enumerate(units) if value), len(units) - 1)
+    return " ".join(f"{value} {unit}" for value, unit in units[first : first + 2] if value) or "0 s"
+
+
 def safe_next(value: str | None) -> str:
     """Where to go after signing in: ``value`` if it is a review-page path of this site
     (percent-encoded for the Location header), else ``/ui``. Never another site, never a
@@ -114,15 +129,6 @@ def _sign_in_redirect() -> BaseResponse:
     if request.cookies.get(SESSION_COOKIE):
         response.delete_cookie(SESSION_COOKIE, **_COOKIE_FLAGS)
     return response
-
-
-def _calibrator_text(contract: Contract) -> str:
-    calibrator = contract.calibrator.to_dict()
-    if calibrator["method"] == "temperature":
-        return f"temperature T = {calibrator['temperature']:.4f}"
-    if calibrator["method"] == "platt":
-        return f"Platt a = {calibrator['slope']:.4f}, b = {calibrator['intercept']:.4f}"
-    return "identity"
 
 
 def _page(template: str, status: int = 200, **context: Any) -> Response:
@@ -190,107 +196,74 @@ def sign_out() -> BaseResponse:
     return response
 
 
+def _error_page(viewer: Principal, exc: CalmonError) -> Response:
+    """A use case's refusal as a page: 404 for what does not exist, else 422."""
+    missing = isinstance(exc, NotFound)
+    return _page(
+        "ui/error.html",
+        404 if missing else 422,
+        principal=viewer,
+        heading="not found" if missing else "invalid request",
+        message=exc.message,
+        details=[f"{d.field}: {d.message}" for d in exc.details],
+    )
+
+
+def _windows() -> list[str]:
+    return list(current_app.config["CALMON_SETTINGS"].windows)
+
+
 @bp.get("/ui")
 def models() -> BaseResponse:
-    """Every model with a contract."""
+    """The fleet: every model worst first, its slices in alert or warn and since when."""
     viewer = _viewer()
     if not isinstance(viewer, Principal):
         return viewer
-    return _page(
-        "ui/models.html", principal=viewer, models=contracts_service.model_names(db_session())
-    )
+    page = pages.fleet_page(db_session(), _windows(), utcnow())
+    return _page("ui/models.html", principal=viewer, **pages.context(page))
 
 
 @bp.get("/ui/models/<model>")
 def model_page(model: str) -> BaseResponse:
-    """The active contract, the reading of a window and cohort, diagrams, cohorts, decisions."""
+    """The active contract, the reading of a window and cohort, diagrams, the history chart,
+    class-wise reliability, cohorts, decisions."""
     viewer = _viewer()
     if not isinstance(viewer, Principal):
         return viewer
     try:
         now = utcnow()
-        contract = contracts_service.current_contract(db_session(), model, now)
-        slice_, window = slice_and_window(now)
-        measured = monitoring.calibration_reading(db_session(), model, window, slice_, now)
+        slice_, window = slice_and_window(now, also=("range",))
+        range_name = pages.chosen_range(request.args.get("range"))
+        page = pages.model_page(db_session(), model, slice_, window, range_name, _windows(), now)
     except CalmonError as exc:
-        return _page(
-            "ui/error.html",
-            404 if isinstance(exc, NotFound) else 422,
-            principal=viewer,
-            heading="not found" if isinstance(exc, NotFound) else "invalid request",
-            message=exc.message,
-        )
-    cohorts = [
-        {**asdict(s), "query": "all" if s.cohort == ALL else s.cohort.replace("=", ":", 1)}
-        for s in monitoring.cohort_slices(db_session(), model)
-    ]
-    settings = current_app.config["CALMON_SETTINGS"]
-    window_name = window.name or "24h"
-    windows = list(dict.fromkeys([*settings.windows, window_name]))
-    subtitle = f"{measured.cohort}, {window_name}, n = {measured.n_labeled:,} labeled"
-    reading = measured.to_dict()
-    return _page(
-        "ui/model.html",
-        principal=viewer,
-        model=model,
-        contract=contract,
-        baseline_source=contracts_service.baseline_source(db_session(), contract),
-        reading=reading,
-        calibrator_text=_calibrator_text(contract),
-        window=window_name,
-        windows=windows,
-        cohort_query="all" if slice_ == ALL else slice_.replace("=", ":", 1),
-        cohort_options=[{"name": c["cohort"], "query": c["query"]} for c in cohorts]
-        or [{"name": ALL, "query": "all"}],
-        cohorts=cohorts,
-        now_svg=render(reading["bins"], title="Reliability now", subtitle=subtitle),
-        baseline_svg=render(
-            reading["baseline"]["bins"],
-            title="Reliability at fit time",
-            subtitle=f"held-out set, n = {reading['baseline']['n']:,}",
-        ),
-        decisions=gate_service.list_decisions(db_session(), model=model, limit=10),
-        events=audit_service.list_events(db_session(), model=model, limit=20, newest_first=True),
-    )
+        return _error_page(viewer, exc)
+    return _page("ui/model.html", principal=viewer, **pages.context(page))
 
 
 @bp.get("/ui/contracts/<contract_id>")
 def contract_page(contract_id: str) -> BaseResponse:
-    """One contract with its baseline diagrams."""
+    """One contract with its baseline diagrams and the class-wise reliability of its stream."""
     viewer = _viewer()
     if not isinstance(viewer, Principal):
         return viewer
     try:
-        contract = contracts_service.find_contract(db_session(), contract_id)
-    except NotFound:
-        return _page(
-            "ui/error.html",
-            404,
-            principal=viewer,
-            heading="not found",
-            message=f"no contract with id {contract_id!r}",
-        )
-    diagrams = []
-    for split in ("eval", "fit"):
-        for which in ("calibrated", "uncalibrated"):
-            reading = contract.baseline_reading(split, which)
-            evidence = bins_inference(reading.bins)
-            diagrams.append(
-                render(
-                    reading.to_dict()["bins"],
-                    title=f"{split} set, {which}",
-                    subtitle=f"n = {reading.n:,}, ECE debiased {evidence.debiased:.4f} "
-                    f"[{evidence.lower:.4f}, {evidence.upper:.4f}], plug-in {reading.ece:.4f}",
-                )
-            )
-    return _page(
-        "ui/contract.html",
-        principal=viewer,
-        contract=contract,
-        baseline_source=contracts_service.baseline_source(db_session(), contract),
-        diagrams=diagrams,
-        calibrator_text=_calibrator_text(contract),
-    )
+        page = pages.contract_page(db_session(), contract_id, _windows(), utcnow())
+    except CalmonError as exc:
+        return _error_page(viewer, exc)
+    return _page("ui/contract.html", principal=viewer, **pages.context(page))
+
+
+@bp.get("/ui/gate/<decision_id>")
+def gate_page(decision_id: str) -> BaseResponse:
+    """One gate decision: checks, policy, evidence, and its place on the audit chain."""
+    viewer = _viewer()
+    if not isinstance(viewer, Principal):
+        return viewer
+    try:
+        page = pages.gate_page(db_session(), decision_id)
+    except CalmonError as exc:
+        return _error_page(viewer, exc)
+    return _page("ui/gate.html", principal=viewer, **pages.context(page))
 
 
 def _svg(body: str) -> Response:
@@ -340,3 +313,14 @@ def contract_svg(contract_id: str) -> Response:
             subtitle=f"n = {reading.n:,}",
         )
     )
+
+
+@bp.get("/v1/models/<model>/history.svg")
+@requires(Permission.READ, allow_cookie=True)
+def history_svg(model: str) -> Response:
+    """The ECE-over-time chart of a cohort slice (the history's parameters but ``format``)."""
+    check_known(("cohort", "start", "end", "step"))
+    now = utcnow()
+    slice_, start, end, step = history_range(now)
+    found = histories.model_history(db_session(), model, slice_, start, end, step, now)
+    return _svg(render_history(found, title=f"{model}: ECE over time"))

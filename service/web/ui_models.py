@@ -1,0 +1,313 @@
+"""Page models of the review pages: typed dataclasses built by one call each, then rendered.
+
+Each builder reads through the capabilities' use cases (never a store directly) and returns
+everything its template shows, SVG included; the handlers in ``routes/ui.py`` parse the request,
+call one builder and render. Times are UTC; ECE values are fractions in [0, 1].
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import urlencode
+
+from sqlalchemy.orm import Session
+
+from service.audit import service as audit_service
+from service.audit.store import AuditEvent
+from service.calibration import bins_inference
+from service.common.errors import ErrorDetail, ValidationFailed
+from service.common.values import format_timestamp
+from service.contracts import service as contracts_service
+from service.contracts.model import BaselineSource, Contract
+from service.export.fleet import Fleet, fleet_overview
+from service.gate import record as gate_record
+from service.gate import service as gate_service
+from service.gate.record import DecisionRecord
+from service.gate.store import GateDecision
+from service.stream import history as histories
+from service.stream import readings as monitoring
+from service.stream.classwise import ClasswiseReading, classwise_reading
+from service.stream.cohorts import ALL
+from service.stream.windows import Window, parse_duration
+from service.web.history_svg import render_history
+from service.web.svg import SMALL, render
+
+#: The model page's history ranges and the step each is drawn in.
+HISTORY_RANGES = {"24h": timedelta(hours=1), "7d": timedelta(hours=1), "30d": timedelta(hours=6)}
+DEFAULT_RANGE = "7d"
+#: At most this many class-wise diagrams (the classes with the largest class-wise ECE); the
+#: table beside them lists every class.
+MAX_CLASS_DIAGRAMS = 12
+
+
+def context(page: Any) -> dict[str, Any]:
+    """A page model's fields as template variables (shallow: objects stay objects)."""
+    return {f.name: getattr(page, f.name) for f in fields(page)}
+
+
+def chosen_range(name: str | None) -> str:
+    """The ``range`` query value, checked (default ``DEFAULT_RANGE``)."""
+    chosen = name or DEFAULT_RANGE
+    if chosen not in HISTORY_RANGES:
+        raise ValidationFailed(
+            "invalid range", [ErrorDetail("range", f"one of {', '.join(HISTORY_RANGES)}")]
+        )
+    return chosen
+
+
+def calibrator_text(contract: Contract) -> str:
+    """The calibrator in a few words, with its fitted parameters."""
+    calibrator = contract.calibrator.to_dict()
+    if calibrator["method"] == "temperature":
+        return f"temperature T = {calibrator['temperature']:.4f}"
+    if calibrator["method"] == "platt":
+        return f"Platt a = {calibrator['slope']:.4f}, b = {calibrator['intercept']:.4f}"
+    return "identity"
+
+
+def _number(value: float, default: float) -> float:
+    return default if math.isnan(value) else value
+
+
+def _cohort_query(slice_: str) -> str:
+    """A slice as the page's ``cohort`` query value (``all`` or ``key:value``)."""
+    return "all" if slice_ == ALL else slice_.replace("=", ":", 1)
+
+
+@dataclass(frozen=True)
+class ClassDiagram:
+    """One class's small reliability diagram and its row of the class table."""
+
+    name: str
+    support: int
+    ece: float | None
+    n_bins: int
+    svg: str | None
+
+
+@dataclass(frozen=True)
+class ClasswiseSection:
+    """Every class of a multiclass window, worst class-wise ECE first; ``svg`` for at most
+    ``MAX_CLASS_DIAGRAMS`` of them."""
+
+    n: int
+    window: str
+    cohort: str
+    classes: tuple[ClassDiagram, ...]
+
+
+def classwise_section(found: ClasswiseReading | None, window: str) -> ClasswiseSection | None:
+    """The class-wise diagrams and table of a window (None for a binary contract)."""
+    if found is None:
+        return None
+    ranked = sorted(found.classes, key=lambda c: -_number(c.reliability.ece, 0.0))
+    out = []
+    for i, curve in enumerate(ranked):
+        r = curve.reliability
+        ece = None if math.isnan(r.ece) else r.ece
+        bins = [b.to_dict() for b in r.bins]
+        svg = None
+        if i < MAX_CLASS_DIAGRAMS:
+            svg = render(
+                bins,
+                title=f"class {curve.name}",
+                subtitle=f"true in {r.support:,} of {r.n:,} · ECE "
+                + ("n/a" if ece is None else f"{ece:.4f}"),
+                y_label=f"frequency of {curve.name}",
+                x_label=f"predicted P({curve.name})",
+                frame=SMALL,
+            )
+        out.append(ClassDiagram(curve.name, r.support, ece, len(bins), svg))
+    return ClasswiseSection(found.n, window, found.cohort, tuple(out))
+
+
+@dataclass(frozen=True)
+class ModelPage:
+    """``/ui/models/{model}``: the reading of a window and cohort, its diagrams, the history
+    chart of the cohort over ``history_range``, class-wise reliability, cohorts, decisions."""
+
+    model: str
+    contract: Contract
+    baseline_source: BaselineSource
+    reading: dict[str, Any]
+    calibrator_text: str
+    window: str
+    windows: list[str]
+    cohort_query: str
+    cohort_options: list[dict[str, str]]
+    cohorts: list[dict[str, Any]]
+    now_svg: str
+    baseline_svg: str
+    history_range: str
+    history_ranges: list[str]
+    history_svg: str
+    history_query: str
+    classwise: ClasswiseSection | None
+    decisions: list[GateDecision]
+    events: list[AuditEvent]
+
+
+def model_page(
+    session: Session,
+    model: str,
+    slice_: str,
+    window: Window,
+    range_name: str,
+    settings_windows: Sequence[str],
+    now: datetime,
+) -> ModelPage:
+    """Build the model page (``NotFound`` for an unknown model)."""
+    contract = contracts_service.current_contract(session, model, now)
+    measured = monitoring.calibration_reading(session, model, window, slice_, now)
+    cohorts: list[dict[str, Any]] = [
+        {"cohort": s.cohort, "n_predictions": s.n_predictions, "n_labeled": s.n_labeled}
+        | {"query": _cohort_query(s.cohort)}
+        for s in monitoring.cohort_slices(session, model)
+    ]
+    window_name = window.name or "24h"
+    reading = measured.to_dict()
+    subtitle = f"{measured.cohort}, {window_name}, n = {measured.n_labeled:,} labeled"
+    step = HISTORY_RANGES[range_name]
+    found = histories.model_history(
+        session, model, slice_, now - parse_duration(range_name), now, step, now
+    )
+    minutes = int(step.total_seconds() // 60)
+    return ModelPage(
+        model=model,
+        contract=contract,
+        baseline_source=contracts_service.baseline_source(session, contract),
+        reading=reading,
+        calibrator_text=calibrator_text(contract),
+        window=window_name,
+        windows=list(dict.fromkeys([*settings_windows, window_name])),
+        cohort_query=_cohort_query(slice_),
+        cohort_options=[{"name": c["cohort"], "query": c["query"]} for c in cohorts]
+        or [{"name": ALL, "query": "all"}],
+        cohorts=cohorts,
+        now_svg=render(reading["bins"], title="Reliability now", subtitle=subtitle),
+        baseline_svg=render(
+            reading["baseline"]["bins"],
+            title="Reliability at fit time",
+            subtitle=f"held-out set, n = {reading['baseline']['n']:,}",
+        ),
+        history_range=range_name,
+        history_ranges=list(HISTORY_RANGES),
+        history_svg=render_history(found, title=f"ECE over the last {range_name}"),
+        history_query=urlencode(
+            {
+                "cohort": _cohort_query(slice_),
+                "start": format_timestamp(found.start),
+                "end": format_timestamp(found.end),
+                "step": f"{minutes}m",
+            }
+        ),
+        classwise=classwise_section(
+            classwise_reading(session, measured.contract, window, slice_), window_name
+        ),
+        decisions=gate_service.list_decisions(session, model=model, limit=10),
+        events=audit_service.list_events(session, model=model, limit=20, newest_first=True),
+    )
+
+
+@dataclass(frozen=True)
+class ContractPage:
+    """``/ui/contracts/{id}``: the contract, its four baseline diagrams and, for a multiclass
+    contract, the class-wise reliability of its own predictions in a trailing window (the
+    stored baseline keeps top-label bins only)."""
+
+    contract: Contract
+    baseline_source: BaselineSource
+    diagrams: list[str]
+    calibrator_text: str
+    classwise: ClasswiseSection | None
+
+
+def contract_page(
+    session: Session, contract_id: str, windows: Sequence[str], now: datetime
+) -> ContractPage:
+    """Build the contract page (``NotFound`` for an unknown id); the class-wise reliability is
+    of the longest of ``windows``."""
+    classwise_window = max(windows, key=parse_duration)
+    contract = contracts_service.find_contract(session, contract_id)
+    diagrams = []
+    for split in ("eval", "fit"):
+        for which in ("calibrated", "uncalibrated"):
+            reading = contract.baseline_reading(split, which)
+            evidence = bins_inference(reading.bins)
+            diagrams.append(
+                render(
+                    reading.to_dict()["bins"],
+                    title=f"{split} set, {which}",
+                    subtitle=f"n = {reading.n:,}, ECE debiased {evidence.debiased:.4f} "
+                    f"[{evidence.lower:.4f}, {evidence.upper:.4f}], plug-in {reading.ece:.4f}",
+                )
+            )
+    window = Window.trailing(classwise_window, now)
+    return ContractPage(
+        contract=contract,
+        baseline_source=contracts_service.baseline_source(session, contract),
+        diagrams=diagrams,
+        calibrator_text=calibrator_text(contract),
+        classwise=classwise_section(
+            classwise_reading(session, contract, window, ALL), classwise_window
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class GatePage:
+    """``/ui/gate/{decision_id}``: one decision, its checks, policy and evidence (diagram and
+    table), and the digests and audit event that tie it to the hash chain."""
+
+    record: DecisionRecord
+    contract: Contract
+    evidence_svg: str
+    policy_items: list[tuple[str, Any]]
+
+
+def gate_page(session: Session, decision_id: str) -> GatePage:
+    """Build the decision page (``NotFound`` for an unknown id)."""
+    record = gate_record.decision_record(session, decision_id)
+    decision = record.decision
+    evidence = decision.evidence
+    ci = evidence.get("ece_ci") or [None, None]
+    debiased = evidence.get("ece_debiased")
+    subtitle = f"n = {evidence.get('n', 0):,}" + (
+        ""
+        if debiased is None or None in ci
+        else f", ECE debiased {debiased:.4f} [{ci[0]:.4f}, {ci[1]:.4f}]"
+    )
+    return GatePage(
+        record=record,
+        contract=contracts_service.find_contract(session, decision.contract_id),
+        evidence_svg=render(
+            evidence.get("reliability") or [], title="Evidence: reliability", subtitle=subtitle
+        ),
+        policy_items=sorted(decision.policy.items()),
+    )
+
+
+@dataclass(frozen=True)
+class FleetPage:
+    """``/ui``: every model's state worst first, its latest gate decision, and the window
+    whose ``all`` slice gives the model's labeled and unlabeled counts."""
+
+    fleet: Fleet
+    decisions: dict[str, GateDecision]
+    count_window: str
+    now: datetime
+
+
+def fleet_page(session: Session, windows: Sequence[str], now: datetime) -> FleetPage:
+    """Build the fleet overview from the stored readings."""
+    fleet = fleet_overview(session, windows, now)
+    return FleetPage(
+        fleet=fleet,
+        decisions=gate_record.latest_decisions(session, [m.model for m in fleet.models]),
+        count_window="24h" if "24h" in windows else windows[0],
+        now=now,
+    )
