@@ -35,6 +35,9 @@ class Backend(Protocol):
     #: Appended to a correlated subquery to keep it a per-row primary-key probe (``OFFSET 0``
     #: on PostgreSQL, where a planner with stale statistics may otherwise hash a whole table).
     probe_fence: str
+    #: Appended to a ``SELECT`` over ``calibration_buckets b`` to hold the rows it returns until
+    #: commit (empty where writers are serialised).
+    row_lock: str
 
     def insert(self, table: Table) -> Insert:
         """An ``INSERT`` that supports ``ON CONFLICT`` (``on_conflict_do_nothing/update``)."""

@@ -46,6 +46,7 @@ class PostgreSQL:
 
     name = "postgresql"
     probe_fence = " OFFSET 0"
+    row_lock = " FOR UPDATE OF b"
 
     def insert(self, table: Table) -> postgresql.Insert:
         return postgresql.insert(table)

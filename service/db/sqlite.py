@@ -21,7 +21,7 @@ from service.db.backend import Columns, LabelRow, Rows
 from service.db.types import UTCDateTime
 
 _NOW = bindparam("now", type_=UTCDateTime())
-_BIND_TYPES: dict[str, TypeEngine[Any]] = {"ts": UTCDateTime()}
+_BIND_TYPES: dict[str, TypeEngine[Any]] = {"ts": UTCDateTime(), "bucket_start": UTCDateTime()}
 #: A prediction joined to its key (``k``) by the full primary key.
 _PAYLOAD_OF_KEY = "JOIN predictions p ON p.model = k.model AND p.ts = k.ts AND p.id = k.id"
 
@@ -35,6 +35,7 @@ class SQLite:
 
     name = "sqlite"
     probe_fence = ""
+    row_lock = ""
 
     def insert(self, table: Table) -> sqlite.Insert:
         return sqlite.insert(table)

@@ -24,6 +24,22 @@ STAGING_TABLES: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("inputs", "bytea", "BLOB"),
         ("digest", "bytea", "BLOB"),
     ),
+    "stage_bucket_deltas": (
+        ("k", "int4", "INTEGER"),
+        ("slice", "text", "TEXT"),
+        ("resolution", "text", "TEXT"),
+        ("bucket_start", "timestamptz", "TIMESTAMP"),
+        ("contract_id", "text", "TEXT"),
+        ("n_predictions", "int8", "INTEGER"),
+        ("n_labeled", "int8", "INTEGER"),
+        ("unlabeled_expected_correct", "float8", "REAL"),
+        ("unlabeled_expected_square", "float8", "REAL"),
+    ),
+    "stage_bucket_vectors": (
+        ("k", "int4", "INTEGER"),
+        ("confidence_counts", "bytea", "BLOB"),
+        ("stats", "bytea", "BLOB"),
+    ),
     "stage_labels": (
         ("id", "text", "TEXT"),
         ("label", "int2", "INTEGER"),

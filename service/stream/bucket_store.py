@@ -8,11 +8,12 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import and_, bindparam, delete, func, or_, select, tuple_, update
+from sqlalchemy import and_, delete, func, or_, select, text
 from sqlalchemy.orm import Session
 
+from service.db import staging
 from service.db.backend import backend_of
-from service.db.models import CalibrationBucket, table_of
+from service.db.models import CalibrationBucket
 from service.stream.windows import RESOLUTION_HOUR
 
 #: (slice, resolution, bucket_start, contract_id)
@@ -54,12 +55,21 @@ def _decode(blob: bytes | None) -> np.ndarray | None:
     return None if blob is None else np.frombuffer(blob, dtype="<f8")
 
 
-def apply_deltas(session: Session, model: str, deltas: Mapping[BucketKey, BucketDelta]) -> None:
-    """Add ``deltas`` to their buckets, creating missing ones.
+_KEY_MATCH = (
+    "b.model = :model AND b.slice = s.slice AND b.resolution = s.resolution"
+    " AND b.bucket_start = s.bucket_start AND b.contract_id = s.contract_id"
+)
+_KEY_ORDER = "s.slice, s.resolution, s.bucket_start, s.contract_id"
 
-    Keys are applied in sorted order, so concurrent writers lock bucket rows in the same order
-    and cannot deadlock; the counters are added by the database (``ON CONFLICT DO UPDATE``) and
-    the vectors (``VECTORS``) under the row lock that upsert holds until commit.
+
+def apply_deltas(session: Session, model: str, deltas: Mapping[BucketKey, BucketDelta]) -> None:
+    """Add ``deltas`` to their buckets, creating missing ones, in four set-based statements.
+
+    The deltas are staged (one row each, ``k`` their index in key order); missing buckets are
+    inserted empty; the touched buckets' vectors (``VECTORS``) are read and locked in key order,
+    so concurrent writers cannot deadlock; the sums are formed here and written back with the
+    counters in one ``UPDATE ... FROM``, one new row version per bucket. The statements' size
+    does not grow with the number of buckets a batch touches.
     """
     if not deltas:
         return
@@ -69,80 +79,65 @@ def apply_deltas(session: Session, model: str, deltas: Mapping[BucketKey, Bucket
             if vector is not None and not np.isfinite(vector).all():
                 raise ValueError(f"refusing a non-finite {name} vector: the bucket would be lost")
     keys = sorted(deltas)
-    table = table_of(CalibrationBucket)
-    insert = backend_of(session).insert(table)
-    session.execute(
-        insert.on_conflict_do_update(
-            index_elements=["model", "slice", "resolution", "bucket_start", "contract_id"],
-            set_={
-                "n_predictions": table.c.n_predictions + insert.excluded.n_predictions,
-                "n_labeled": table.c.n_labeled + insert.excluded.n_labeled,
-                "unlabeled_expected_correct": table.c.unlabeled_expected_correct
-                + insert.excluded.unlabeled_expected_correct,
-                "unlabeled_expected_square": table.c.unlabeled_expected_square
-                + insert.excluded.unlabeled_expected_square,
-            },
+    staging.load(
+        session,
+        "stage_bucket_deltas",
+        (
+            (
+                k,
+                *key,
+                deltas[key].n_predictions,
+                deltas[key].n_labeled,
+                deltas[key].unlabeled_expected_correct,
+                deltas[key].unlabeled_expected_square,
+            )
+            for k, key in enumerate(keys)
         ),
-        [
-            {
-                "model": model,
-                "slice": k[0],
-                "resolution": k[1],
-                "bucket_start": k[2],
-                "contract_id": k[3],
-                "n_predictions": deltas[k].n_predictions,
-                "n_labeled": deltas[k].n_labeled,
-                "unlabeled_expected_correct": deltas[k].unlabeled_expected_correct,
-                "unlabeled_expected_square": deltas[k].unlabeled_expected_square,
-                "confidence_counts": None,
-                "stats": None,
-            }
-            for k in keys
-        ],
     )
-    with_vectors = [k for k in keys if any(getattr(deltas[k], v) is not None for v in VECTORS)]
-    if not with_vectors:
-        return
-    pk = tuple_(
-        CalibrationBucket.slice,
-        CalibrationBucket.resolution,
-        CalibrationBucket.bucket_start,
-        CalibrationBucket.contract_id,
-    )
-    current = {
-        (r.slice, r.resolution, r.bucket_start, r.contract_id): r
-        for r in session.execute(
-            select(
-                CalibrationBucket.slice,
-                CalibrationBucket.resolution,
-                CalibrationBucket.bucket_start,
-                CalibrationBucket.contract_id,
-                CalibrationBucket.confidence_counts,
-                CalibrationBucket.stats,
-            ).where(CalibrationBucket.model == model, pk.in_(with_vectors))
-        )
-    }
-    updates = []
-    for k in with_vectors:
-        row: dict[str, Any] = {"b_slice": k[0], "b_resolution": k[1], "b_start": k[2]}
-        row["b_contract"] = k[3]
-        for name in VECTORS:
-            stored = _decode(getattr(current[k], name))
-            added = getattr(deltas[k], name)
-            total = stored if added is None else added if stored is None else stored + added
-            row[name] = None if total is None else np.ascontiguousarray(total, "<f8").tobytes()
-        updates.append(row)
+    backend = backend_of(session)
+    params = {"model": model}
     session.execute(
-        update(table)
-        .where(
-            table.c.model == model,
-            table.c.slice == bindparam("b_slice"),
-            table.c.resolution == bindparam("b_resolution"),
-            table.c.bucket_start == bindparam("b_start"),
-            table.c.contract_id == bindparam("b_contract"),
-        )
-        .values({name: bindparam(name) for name in VECTORS}),
-        updates,
+        text(
+            "INSERT INTO calibration_buckets (model, slice, resolution, bucket_start,"
+            " contract_id, n_predictions, n_labeled, unlabeled_expected_correct,"
+            " unlabeled_expected_square) SELECT :model, s.slice, s.resolution, s.bucket_start,"
+            " s.contract_id, 0, 0, 0, 0 FROM stage_bucket_deltas s"
+            f" WHERE true ORDER BY {_KEY_ORDER}"
+            " ON CONFLICT DO NOTHING"
+        ),
+        params,
+    )
+    stored = session.execute(
+        text(
+            "SELECT s.k, b.confidence_counts, b.stats FROM calibration_buckets b"
+            f" JOIN stage_bucket_deltas s ON {_KEY_MATCH} ORDER BY {_KEY_ORDER}{backend.row_lock}"
+        ),
+        params,
+    )
+    vectors = []
+    for k, *blobs in stored:
+        delta = deltas[keys[k]]
+        row: list[Any] = [k]
+        for name, blob in zip(VECTORS, blobs, strict=True):
+            before = _decode(blob)
+            added = getattr(delta, name)
+            total = before if added is None else added if before is None else before + added
+            row.append(None if total is None else np.ascontiguousarray(total, "<f8").tobytes())
+        vectors.append(row)
+    staging.load(session, "stage_bucket_vectors", vectors)
+    session.execute(
+        text(
+            "UPDATE calibration_buckets AS b SET n_predictions = b.n_predictions + s.n_predictions,"
+            " n_labeled = b.n_labeled + s.n_labeled,"
+            " unlabeled_expected_correct = b.unlabeled_expected_correct"
+            " + s.unlabeled_expected_correct,"
+            " unlabeled_expected_square = b.unlabeled_expected_square"
+            " + s.unlabeled_expected_square,"
+            " confidence_counts = v.confidence_counts, stats = v.stats"
+            " FROM stage_bucket_deltas s JOIN stage_bucket_vectors v ON v.k = s.k"
+            f" WHERE {_KEY_MATCH}"
+        ),
+        params,
     )
 
 

@@ -683,3 +683,21 @@ def test_refit_temperature_is_measured_per_cohort(client: FlaskClient, auth: Aut
     sharp = reading(client, auth, "glyphs", "cohort=lang:tr")["drift"]["refit_temperature"]
     plain = reading(client, auth, "glyphs", "cohort=lang:hu")["drift"]["refit_temperature"]
     assert sharp > 2.0 > 1.5 > plain
+
+
+def test_a_batch_spread_over_thousands_of_buckets_is_stored_and_labeled(
+    client: FlaskClient, auth: Auth
+) -> None:
+    """A backfill of 3,000 predictions five minutes apart touches about 10,000 buckets (three
+    slices each, 5m and 1h); ingest and the label join update them all in one request each."""
+    _multiclass_contract(client, auth, model="backfill")
+    rows = _random_predictions(3000, seed=11, prefix="b")
+    start = datetime.now(UTC) - timedelta(days=12)
+    for i, row in enumerate(rows):
+        row["ts"] = iso(start + timedelta(minutes=5 * i))
+    assert _send_predictions(client, auth, "backfill", rows)["accepted"] == 3000
+    assert _send_labels(client, auth, "backfill", rows)["joined"] == 3000
+    got = reading(client, auth, "backfill", "window=30d")
+    assert (got["n_predictions"], got["n_labeled"]) == (3000, 3000)
+    lang = reading(client, auth, "backfill", "window=30d&cohort=lang:tr")
+    assert lang["n_labeled"] == 1000
