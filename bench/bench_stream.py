@@ -183,8 +183,8 @@ def ingest_ceiling(url: str, rows: int, *, keyed: bool) -> float:
     """Rows/s of binary COPY into a staging table + INSERT ... ON CONFLICT DO NOTHING.
 
     ``keyed`` False: into one table with the (model, id) primary key (the reference ceiling).
-    ``keyed`` True: calmon's own write path: the idempotency key into a copy of
-    ``prediction_keys``, the payload of the new keys into a copy of ``predictions``.
+    ``keyed`` True: calmon's own write path: into a copy of ``predictions`` with all its indexes
+    (primary key ``(model, id)``, BRIN on ``ts``), returning the ids inserted.
     """
     rng = np.random.default_rng(9)
     now = datetime.now(UTC)
@@ -204,16 +204,9 @@ def ingest_ceiling(url: str, rows: int, *, keyed: bool) -> float:
         " received_at) SELECT 'm', s.ts, s.id, 'c', s.cohort, s.slices, s.inputs, now() FROM s"
     )
     if keyed:
-        setup = (
-            "CREATE TABLE ceiling_keys (LIKE prediction_keys INCLUDING ALL)",
-            "CREATE TABLE ceiling_predictions (LIKE predictions INCLUDING ALL)",
-        )
-        insert = (
-            "WITH k AS (INSERT INTO ceiling_keys (model, id, ts, digest) SELECT 'm', id, ts,"
-            f" digest FROM s ON CONFLICT DO NOTHING RETURNING id) {payload}"
-            " JOIN k ON k.id = s.id"
-        )
-        teardown = "DROP TABLE ceiling_keys, ceiling_predictions"
+        setup = ("CREATE TABLE ceiling_predictions (LIKE predictions INCLUDING ALL)",)
+        insert = f"{payload} ON CONFLICT (model, id) DO NOTHING RETURNING id"
+        teardown = "DROP TABLE ceiling_predictions"
     else:
         setup = (
             "CREATE TABLE ceiling_predictions (LIKE predictions INCLUDING DEFAULTS, digest bytea,"
@@ -280,9 +273,8 @@ def label_ceiling(url: str, ids: list[str], labels: np.ndarray) -> float:
             conn.execute("ANALYZE l")
             conn.execute(
                 "WITH found AS (SELECT l.id, l.label, l.ts, p.inputs FROM l LEFT JOIN LATERAL"
-                " (SELECT p.inputs FROM (SELECT ts FROM prediction_keys WHERE model = 'bench'"
-                " AND id = l.id OFFSET 0) k CROSS JOIN LATERAL (SELECT inputs FROM predictions"
-                " WHERE model = 'bench' AND ts = k.ts AND id = l.id OFFSET 0) p) p ON true),"
+                " (SELECT inputs FROM predictions WHERE model = 'bench' AND id = l.id OFFSET 0) p"
+                " ON true),"
                 " ins AS (INSERT INTO ceiling_labels (model, id, label, ts, received_at, joined)"
                 " SELECT 'bench', id, label, ts, now(), inputs IS NOT NULL"
                 " FROM found ON CONFLICT DO NOTHING RETURNING id)"
