@@ -7,7 +7,6 @@ from sqlalchemy import Connection
 
 from service.config import load_settings
 from service.db.database import make_engine
-from service.db.migrate import include_name
 from service.db.models import Base
 
 config = context.config
@@ -25,7 +24,6 @@ def _configure(connection: Connection | None = None, url: str | None = None) -> 
         target_metadata=target_metadata,
         render_as_batch=True,
         compare_type=True,
-        include_name=include_name,
         literal_binds=connection is None,
     )
 

@@ -1,5 +1,4 @@
-"""The ``calmon`` command: migrate, serve, refresh, token, audit, gate, fit, demo, prune,
-partitions."""
+"""The ``calmon`` command: migrate, serve, refresh, token, audit, gate, fit, demo, prune."""
 
 from __future__ import annotations
 
@@ -8,13 +7,11 @@ import json
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from service.auth.tokens import Role
 from service.config import load_settings
-from service.db.partitions import AHEAD_DAYS
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -138,35 +135,12 @@ def _prune(args: argparse.Namespace) -> int:
         report = prune(session, older_than=older_than, settings=settings, now=utcnow(), actor="cli")
     counts = report.counts
     print(
-        f"pruned everything before {report.cutoff.isoformat()}: {counts.predictions} predictions"
-        f" ({counts.partitions_dropped} daily partitions dropped), {counts.labels} labels;"
-        " contracts, aggregates, readings and the audit log are kept"
+        f"pruned everything before {report.cutoff.isoformat()}: {counts.predictions} predictions,"
+        f" {counts.labels} labels; contracts, aggregates, readings and the audit log are kept"
     )
     expired = sum(report.pending_expired.values())
     if expired:
         print(f"expired {expired} labels that waited too long for their prediction")
-    return 0
-
-
-def _partitions(args: argparse.Namespace) -> int:
-    from service.common.clock import utcnow
-    from service.db import partitions
-
-    with _session() as session:
-        connection = session.connection()
-        if not partitions.is_partitioned(connection):
-            print(f"predictions is one table on {connection.dialect.name}; nothing to do")
-            return 0
-        now = utcnow()
-        created = partitions.ensure_ahead(connection, now, args.ahead)
-        if args.since is not None:
-            created += partitions.ensure_partitions(connection, args.since, now.date())
-        session.commit()
-        listed = partitions.list_partitions(session.connection())
-    for part in listed:
-        mark = "  (new)" if part in created else ""
-        print(f"{part.name}  [{part.start.isoformat()}, {part.end.isoformat()}){mark}")
-    print(f"{len(listed)} daily partitions, {len(created)} created", file=sys.stderr)
     return 0
 
 
@@ -412,27 +386,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     prune = commands.add_parser(
         "prune",
-        help="delete predictions and labels older than a duration (to a UTC midnight); keeps"
+        help="delete predictions and labels older than a duration; keeps"
         " contracts, aggregates, readings and the audit log",
     )
     prune.add_argument(
         "--older-than", required=True, help="e.g. 30d; at least the longest CALMON_WINDOWS"
     )
     prune.set_defaults(handler=_prune)
-
-    parts = commands.add_parser(
-        "partitions", help="create the daily partitions of predictions ahead and list them"
-    )
-    parts.add_argument(
-        "--ahead", type=int, default=AHEAD_DAYS, help="days after today to have partitions for"
-    )
-    parts.add_argument(
-        "--since",
-        type=date.fromisoformat,
-        help="also give each day from this date (YYYY-MM-DD) its own partition, moving a"
-        " backfill's rows out of predictions_default",
-    )
-    parts.set_defaults(handler=_partitions)
 
     audit_parser = commands.add_parser("audit", help="anchor and verify the audit log's hash chain")
     audit_commands = audit_parser.add_subparsers(dest="audit_command", required=True)

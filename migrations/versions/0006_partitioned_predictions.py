@@ -6,17 +6,16 @@ Create Date: 2026-11-30 08:00:00.000000
 
 Existing predictions are copied: their keys into ``prediction_keys``, their rows into the new
 ``predictions`` (on PostgreSQL into daily partitions from the first stored day, or yesterday,
-through a week ahead). Stop ingest while it runs: it rewrites the table.
+through the last stored day, or a week ahead). Stop ingest while it runs: it rewrites the table.
 """
 
 from collections.abc import Sequence
-from datetime import UTC, date, datetime, timedelta
 
 import sqlalchemy as sa
 from alembic import op
 
 import service.db.types
-from service.db import partitions
+from service.migrations import daily_partitions
 
 revision: str = "0006"
 down_revision: str | None = "0005"
@@ -79,13 +78,10 @@ def upgrade() -> None:
         op.execute("ALTER TABLE predictions RENAME TO predictions_unpartitioned")
         op.execute("ALTER INDEX pk_predictions RENAME TO pk_predictions_unpartitioned")
         _predictions_table("predictions", postgresql_partition_by="RANGE (ts)")
-        first = bind.scalar(sa.text("SELECT min(ts) FROM predictions_unpartitioned"))
-        yesterday = datetime.now(UTC).date() - timedelta(days=1)
-        start: date = min(first.astimezone(UTC).date(), yesterday) if first else yesterday
-        partitions.ensure_default_partition(bind)
-        partitions.ensure_partitions(
-            bind, start, yesterday + timedelta(days=1 + partitions.AHEAD_DAYS)
-        )
+        first, last = bind.execute(
+            sa.text("SELECT min(ts), max(ts) FROM predictions_unpartitioned")
+        ).one()
+        daily_partitions.create_daily_partitions(bind, *daily_partitions.covering_days(first, last))
         op.execute(
             f"INSERT INTO predictions ({_PAYLOAD}) SELECT {_PAYLOAD} FROM predictions_unpartitioned"
         )

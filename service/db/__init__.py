@@ -1,2 +1,2 @@
 """Database infrastructure: engine and sessions, typed models, column types, migrations, the
-SQL that differs by backend, partitions."""
+SQL that differs by backend."""

@@ -59,8 +59,8 @@ class Backend(Protocol):
         commit."""
 
     def insert_staged_predictions(self, session: Session, params: Mapping[str, Any]) -> set[str]:
-        """Insert the staged predictions whose ids are new for ``:model`` (keys and payload);
-        return the ids inserted."""
+        """Insert the staged predictions whose ids are new for ``:model``; return the ids
+        inserted."""
 
     def record_staged_labels(self, session: Session, params: Mapping[str, Any]) -> list[LabelRow]:
         """Insert the staged labels new for ``:model`` (joined when their prediction is stored);

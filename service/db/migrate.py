@@ -10,8 +10,6 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
 
-from service.db.partitions import is_partition_table
-
 #: The repository's top-level ``migrations/``, installed as this package (pyproject.toml maps it).
 MIGRATIONS_PACKAGE = "service.migrations"
 
@@ -29,11 +27,6 @@ def alembic_config(database_url: str | None = None) -> Config:
     if database_url:
         config.attributes["database_url"] = database_url
     return config
-
-
-def include_name(name: str | None, type_: str, _parents: object) -> bool:
-    """Alembic's filter: the daily partitions of ``predictions`` are not in the models."""
-    return not (type_ == "table" and name is not None and is_partition_table(name))
 
 
 def upgrade_to_head(database_url: str) -> None:

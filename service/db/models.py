@@ -192,42 +192,23 @@ class GateDecisionRecord(Base):
     evidence_sha256: Mapped[str] = mapped_column(String(64))
 
 
-class PredictionKey(Base):
-    """The idempotency key of a stored prediction: one row per (model, id), whatever its time.
+class PredictionRecord(Base):
+    """One prediction as received: raw model output and the contract it was bound to.
 
-    Kept apart from ``predictions`` because that table is partitioned by event time on
-    PostgreSQL, and a unique key there must include the partition key: this table keeps an id
-    unique across every partition. ``ts`` locates the prediction's partition (a label probes
-    here first, then its partition by the full primary key); ``digest`` is the SHA-256 of the
-    content (ts, cohort, inputs) that decides duplicate vs conflict on a retry.
+    Immutable once stored (labels live in ``labels``). The primary key ``(model, id)`` is both
+    the idempotency key (a retried id is compared with the stored row: same ``ts``, cohort and
+    ``inputs`` is a duplicate, anything else a conflict) and the one index a label probes.
+    Retention deletes by ``ts`` through its BRIN index. ``cohort`` holds the cohort's canonical
+    JSON text; ``inputs`` the raw logits (K float64, little-endian) or the one binary score;
+    ``slices`` the JSON list of capped slices it counts in.
     """
 
-    __tablename__ = "prediction_keys"
-    __table_args__ = (Index("ix_prediction_keys_ts", "ts", postgresql_using="brin"),)
+    __tablename__ = "predictions"
+    __table_args__ = (Index("ix_predictions_ts", "ts", postgresql_using="brin"),)
 
     model: Mapped[str] = mapped_column(String(200), primary_key=True)
     id: Mapped[str] = mapped_column(String(200), primary_key=True)
     ts: Mapped[datetime]
-    digest: Mapped[bytes] = mapped_column(LargeBinary)
-
-
-class PredictionRecord(Base):
-    """One prediction as received: raw model output and the contract it was bound to.
-
-    Immutable once stored (labels live in ``labels``). On PostgreSQL the table is partitioned by
-    range of ``ts``, one partition per UTC day plus a default partition (see
-    ``service.db.partitions``); the primary key (model, ts, id) serves both the label probe
-    and the walk of a model's predictions by time. ``inputs`` holds the raw logits (K float64,
-    little-endian) or the one binary score; ``slices`` the JSON list of capped slices it counts
-    in.
-    """
-
-    __tablename__ = "predictions"
-    __table_args__ = ({"postgresql_partition_by": "RANGE (ts)"},)
-
-    model: Mapped[str] = mapped_column(String(200), primary_key=True)
-    ts: Mapped[datetime] = mapped_column(primary_key=True)
-    id: Mapped[str] = mapped_column(String(200), primary_key=True)
     contract_id: Mapped[str] = mapped_column(String(36))
     cohort: Mapped[dict[str, Any]]
     slices: Mapped[str] = mapped_column(Text)
@@ -236,10 +217,11 @@ class PredictionRecord(Base):
 
 
 class PruneRecord(Base):
-    """One run of ``calmon prune``: rows with event time before ``cutoff`` were removed.
+    """One run of ``calmon prune``: predictions and labels with event time before ``cutoff``
+    were deleted (``predictions`` and ``labels`` count them).
 
     The latest ``cutoff`` is the retention horizon: predictions older than it are refused,
-    since their idempotency keys are gone and a retry could not be told from a new prediction.
+    since their stored rows are gone and a retry could not be told from a new prediction.
     """
 
     __tablename__ = "prunes"
@@ -247,7 +229,6 @@ class PruneRecord(Base):
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
     cutoff: Mapped[datetime]
     pruned_at: Mapped[datetime]
-    partitions_dropped: Mapped[int] = mapped_column(BigInteger)
     predictions: Mapped[int] = mapped_column(BigInteger)
     labels: Mapped[int] = mapped_column(BigInteger)
 

@@ -2,9 +2,8 @@
 return in one round trip, advisory locks, planner statistics, and per-row primary-key probes
 fenced from the planner (``OFFSET 0``).
 
-``predictions`` is partitioned by day here (``service.db.partitions``); a prediction is found by
-its key in ``prediction_keys`` first, whose event time then selects the one daily partition to
-probe by its full primary key.
+A label finds its prediction with one probe of the primary key ``(model, id)`` of
+``predictions``.
 """
 
 from __future__ import annotations
@@ -28,14 +27,10 @@ def _epoch(column: str) -> str:
 
 
 def _prediction_by_id(id_sql: str, columns: str) -> str:
-    """A subquery for the prediction of ``:model`` whose id is ``id_sql``: the key probed first,
-    its event time reaching the partitioned table as a run-time parameter, both probes fenced
-    (``OFFSET 0``) so the planner cannot flatten them into a scan of every partition."""
-    return (
-        f"SELECT p.* FROM (SELECT ts FROM prediction_keys WHERE model = :model AND id = {id_sql}"
-        f" OFFSET 0) k CROSS JOIN LATERAL (SELECT {columns} FROM predictions"
-        f" WHERE model = :model AND ts = k.ts AND id = {id_sql} OFFSET 0) p"
-    )
+    """A subquery for the prediction of ``:model`` whose id is ``id_sql``: one probe of the
+    primary key, fenced (``OFFSET 0``) so that a planner with stale statistics cannot turn the
+    lateral join into a scan of the whole table."""
+    return f"SELECT {columns} FROM predictions WHERE model = :model AND id = {id_sql} OFFSET 0"
 
 
 _FOUND_COLUMNS = "contract_id, ts, slices, inputs"
@@ -83,12 +78,9 @@ class PostgreSQL:
 
     def insert_staged_predictions(self, session: Session, params: Mapping[str, Any]) -> set[str]:
         statement = text(
-            "WITH k AS (INSERT INTO prediction_keys (model, id, ts, digest)"
-            " SELECT :model, id, ts, digest FROM stage_predictions"
-            " ON CONFLICT (model, id) DO NOTHING RETURNING id)"
-            " INSERT INTO predictions (model, ts, id, contract_id, cohort, slices, inputs,"
-            " received_at) SELECT :model, s.ts, s.id, :contract_id, s.cohort::json, s.slices,"
-            " s.inputs, :now FROM stage_predictions s JOIN k ON k.id = s.id RETURNING id"
+            "INSERT INTO predictions (model, id, ts, contract_id, cohort, slices, inputs,"
+            " received_at) SELECT :model, id, ts, :contract_id, cohort::json, slices, inputs,"
+            " :now FROM stage_predictions ON CONFLICT (model, id) DO NOTHING RETURNING id"
         ).bindparams(_NOW)
         return set(session.execute(statement, params).scalars())
 
@@ -117,8 +109,8 @@ class PostgreSQL:
         return [tuple(r) for r in session.execute(statement, {"model": model})]
 
     def after_prune(self, connection: Connection, cutoff: datetime) -> None:
-        """Summarise the BRIN index of the keys' event times over what is left."""
-        connection.execute(text("SELECT brin_summarize_new_values('ix_prediction_keys_ts')"))
+        """Summarise the ranges of the BRIN index on ``predictions(ts)`` not yet summarised."""
+        connection.execute(text("SELECT brin_summarize_new_values('ix_predictions_ts')"))
 
 
 POSTGRESQL = PostgreSQL()

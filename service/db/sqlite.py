@@ -1,9 +1,9 @@
 """The SQLite side of ``service.db.backend``: the embedded default.
 
 SQLite serialises writers (``BEGIN IMMEDIATE``, ``service.db.database``), so locks are no-ops;
-its planner always probes a primary key, so no statement needs fencing; it keeps ``predictions``
-as one table. ``INSERT ... SELECT ... ON CONFLICT`` needs a ``WHERE`` before ``ON CONFLICT``
-(a parser ambiguity), hence the ``WHERE true``.
+its planner always probes a primary key, so no statement needs fencing. ``INSERT ... SELECT ...
+ON CONFLICT`` needs a ``WHERE`` before ``ON CONFLICT`` (a parser ambiguity), hence the
+``WHERE true``.
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ from service.db.types import UTCDateTime
 
 _NOW = bindparam("now", type_=UTCDateTime())
 _BIND_TYPES: dict[str, TypeEngine[Any]] = {"ts": UTCDateTime(), "bucket_start": UTCDateTime()}
-#: A prediction joined to its key (``k``) by the full primary key.
-_PAYLOAD_OF_KEY = "JOIN predictions p ON p.model = k.model AND p.ts = k.ts AND p.id = k.id"
 
 
 def _epoch(column: str) -> str:
@@ -65,31 +63,15 @@ class SQLite:
             session.execute(statement, params)
 
     def insert_staged_predictions(self, session: Session, params: Mapping[str, Any]) -> set[str]:
-        inserted = set(
-            session.execute(
-                text(
-                    "INSERT INTO prediction_keys (model, id, ts, digest) SELECT :model, id, ts,"
-                    " digest FROM stage_predictions WHERE true"
-                    " ON CONFLICT (model, id) DO NOTHING RETURNING id"
-                ),
-                params,
-            ).scalars()
-        )
-        if inserted:
-            session.execute(
-                text(
-                    "INSERT INTO predictions (model, ts, id, contract_id, cohort, slices, inputs,"
-                    " received_at) SELECT :model, s.ts, s.id, :contract_id, s.cohort, s.slices,"
-                    " s.inputs, :now FROM stage_predictions s WHERE EXISTS (SELECT 1 FROM"
-                    " prediction_keys k WHERE k.model = :model AND k.id = s.id AND"
-                    " k.digest = s.digest) ON CONFLICT (model, ts, id) DO NOTHING"
-                ).bindparams(_NOW),
-                params,
-            )
-        return inserted
+        statement = text(
+            "INSERT INTO predictions (model, id, ts, contract_id, cohort, slices, inputs,"
+            " received_at) SELECT :model, id, ts, :contract_id, cohort, slices, inputs, :now"
+            " FROM stage_predictions WHERE true ON CONFLICT (model, id) DO NOTHING RETURNING id"
+        ).bindparams(_NOW)
+        return set(session.execute(statement, params).scalars())
 
     def record_staged_labels(self, session: Session, params: Mapping[str, Any]) -> list[LabelRow]:
-        exists = "EXISTS (SELECT 1 FROM prediction_keys k WHERE k.model = :model AND k.id = s.id)"
+        exists = "EXISTS (SELECT 1 FROM predictions p WHERE p.model = :model AND p.id = s.id)"
         inserted = session.execute(
             text(
                 "INSERT INTO labels (model, id, label, ts, received_at, joined)"
@@ -105,8 +87,8 @@ class SQLite:
             for row in session.execute(
                 text(
                     f"SELECT s.id, {_epoch('s.ts')}, p.contract_id, {_epoch('p.ts')}, p.slices,"
-                    " p.inputs FROM stage_labels s JOIN prediction_keys k ON k.model = :model"
-                    f" AND k.id = s.id {_PAYLOAD_OF_KEY}"
+                    " p.inputs FROM stage_labels s JOIN predictions p ON p.model = :model"
+                    " AND p.id = s.id"
                 ),
                 {"model": params["model"]},
             )
@@ -122,8 +104,8 @@ class SQLite:
     ) -> list[tuple[Any, ...]]:
         statement = text(
             f"SELECT l.id, l.label, {_epoch('l.ts')}, p.contract_id, {_epoch('p.ts')}, p.slices,"
-            " p.inputs FROM labels l JOIN prediction_keys k ON k.model = l.model"
-            f" AND k.id = l.id {_PAYLOAD_OF_KEY} WHERE l.model = :model AND NOT l.joined"
+            " p.inputs FROM labels l JOIN predictions p ON p.model = l.model"
+            " AND p.id = l.id WHERE l.model = :model AND NOT l.joined"
         )
         return [tuple(r) for r in session.execute(statement, {"model": model})]
 

@@ -22,7 +22,6 @@ STAGING_TABLES: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("cohort", "text", "TEXT"),
         ("slices", "text", "TEXT"),
         ("inputs", "bytea", "BLOB"),
-        ("digest", "bytea", "BLOB"),
     ),
     "stage_bucket_deltas": (
         ("k", "int4", "INTEGER"),

@@ -28,7 +28,6 @@ from service.audit import store as audit
 from service.common.clock import utcnow
 from service.config import Settings
 from service.contracts import store as contracts_store
-from service.db import partitions
 from service.db.database import Database, refresh_planner_statistics
 from service.export.collector import render_readings
 from service.export.instruments import REFRESH_FAILURES
@@ -51,7 +50,7 @@ log = logging.getLogger(__name__)
 
 STATUS_CODES = {"insufficient_data": -1, "ok": 0, "warn": 1, "alert": 2}
 REFRESHER = "refresher"
-#: How often the refresher creates the partitions ahead and refreshes the planner's statistics.
+#: How often the refresher refreshes the planner's statistics and expires pending labels.
 MAINTAIN_EVERY = timedelta(minutes=5)
 
 
@@ -227,19 +226,11 @@ class Refresher:
         return self.last_report
 
     def maintain(self, now: datetime) -> None:
-        """Partitions ahead, planner statistics, expiry of pending labels: each on its own, so
-        one failing neither stops the others nor the refresh."""
+        """Planner statistics of ``predictions`` and ``labels`` (PostgreSQL), expiry of pending
+        labels: each on its own, so one failing neither stops the other nor the refresh."""
         try:
             with self.db.session() as session:
-                created = partitions.ensure_ahead(session.connection(), now)
-                session.commit()
-            if created:
-                log.info("created partitions", extra={"partitions": [p.name for p in created]})
-        except Exception as exc:
-            log_failure("creating partitions failed", exc)
-        try:
-            with self.db.session() as session:
-                refresh_planner_statistics(session, ("predictions", "prediction_keys", "labels"))
+                refresh_planner_statistics(session, ("predictions", "labels"))
                 session.commit()
         except Exception as exc:
             log_failure("refreshing planner statistics failed", exc)

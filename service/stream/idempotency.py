@@ -1,10 +1,10 @@
-"""What makes ingest idempotent, without touching the database: each prediction's content
-digest (what tells a retried duplicate from a conflicting change), its stored bytes, and the
-batch's distinct cohorts and repeated ids."""
+"""What makes ingest idempotent, without touching the database: each prediction's stored bytes,
+the batch's distinct cohorts, and its repeated ids (the same content twice is one prediction,
+different content under one id a conflict). Against stored rows the same comparison runs in SQL
+(``service.stream.prediction_store``)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -43,23 +43,19 @@ def distinct_cohorts(
 
 
 def row_bytes(inputs: np.ndarray) -> list[bytes]:
-    """Each row's logits (or score) as little-endian float64 bytes: what is stored and hashed."""
+    """Each row's logits (or score) as little-endian float64 bytes: what is stored and compared."""
     flat = np.ascontiguousarray(inputs, dtype="<f8")
     width = flat.itemsize * (flat.shape[1] if flat.ndim == 2 else 1)
     buffer = flat.tobytes()
     return [buffer[i : i + width] for i in range(0, len(buffer), width)]
 
 
-def content_digest(ts: datetime, cohort_utf8: bytes, row: bytes) -> bytes:
-    """SHA-256 of a prediction's content: what tells a duplicate from a conflicting retry.
-
-    Covers the event time (UTC ISO 8601, microseconds), the cohort's canonical JSON and the
-    float64 bytes of the logits or score.
-    """
-    return hashlib.sha256(b"%s|%s|%s" % (ts.isoformat().encode(), cohort_utf8, row)).digest()
+#: What a prediction's id must come with to be the same prediction: its event time, the index of
+#: its canonical cohort among the batch's distinct cohorts, and its stored bytes.
+Content = tuple[datetime, int, bytes]
 
 
-def dedupe_batch(batch: PredictionBatch, digests: list[bytes]) -> tuple[list[int], int]:
+def dedupe_batch(batch: PredictionBatch, contents: Sequence[Content]) -> tuple[list[int], int]:
     """Indices of each id's first occurrence and the number of exact repeats; 409 otherwise."""
     first: dict[str, int] = {}
     keep: list[int] = []
@@ -69,7 +65,7 @@ def dedupe_batch(batch: PredictionBatch, digests: list[bytes]) -> tuple[list[int
         if j is None:
             first[ident] = i
             keep.append(i)
-        elif digests[j] == digests[i]:
+        elif contents[j] == contents[i]:
             repeats += 1
         else:
             raise Conflict(

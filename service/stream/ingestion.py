@@ -44,7 +44,6 @@ from service.stream.bucketing import (
 from service.stream.cohorts import admit_cohorts, slices_of
 from service.stream.idempotency import (
     canonical_cohort,
-    content_digest,
     dedupe_batch,
     distinct_cohorts,
     row_bytes,
@@ -131,7 +130,7 @@ def _binding_contract(
 
 
 def _check_retention_horizon(session: Session, ts: Sequence[datetime]) -> None:
-    """Refuse predictions older than the last prune: their keys are gone, retries look new."""
+    """Refuse predictions older than the last prune: their rows are gone, retries look new."""
     horizon = retention_horizon(session)
     if horizon is None:
         return
@@ -165,12 +164,7 @@ def ingest_predictions(
     stored = row_bytes(batch.inputs)
     cohort_of, distinct = distinct_cohorts(batch.cohorts)
     cohort_json = [canonical_cohort(c) for c in distinct]
-    cohort_utf8 = [c.encode() for c in cohort_json]
-    digests = [
-        content_digest(t, cohort_utf8[k], r)
-        for t, k, r in zip(batch.ts, cohort_of, stored, strict=True)
-    ]
-    keep, repeats = dedupe_batch(batch, digests)
+    keep, repeats = dedupe_batch(batch, list(zip(batch.ts, cohort_of, stored, strict=True)))
 
     used = sorted({cohort_of[i] for i in keep})
     capped = admit_cohorts(session, envelope.model, [distinct[k] for k in used], settings)
@@ -183,7 +177,6 @@ def ingest_predictions(
             cohort_json[cohort_of[i]],
             slices_json[cohort_of[i]],
             stored[i],
-            digests[i],
         )
         # In key order: concurrent batches with overlapping ids then wait on each other in the
         # same order instead of deadlocking, and the primary-key index is walked in order.

@@ -43,9 +43,9 @@ REBUILD_PAGE = 20_000
 def rebuild_buckets(session: Session, model: str) -> int:
     """Recompute every bucket of ``model`` from its stored predictions and joined labels.
 
-    Deletes the model's buckets, then walks the predictions in (ts, id) order, one page per
-    transaction; a rebuild cut short is started again from scratch. Returns the predictions
-    counted.
+    Deletes the model's buckets, then walks the predictions in id order (their primary key),
+    one page per transaction; a rebuild cut short is started again from scratch. Returns the
+    predictions counted.
     """
     bucket_store.delete_model_buckets(session, model)
     session.commit()

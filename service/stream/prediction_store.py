@@ -8,20 +8,16 @@ from datetime import datetime
 from typing import Any, cast
 
 import numpy as np
-from sqlalchemy import CursorResult, bindparam, delete, func, select, text
+from sqlalchemy import CursorResult, delete, func, select, text
 from sqlalchemy.orm import Session
 
 from service.db import staging
 from service.db.backend import backend_of
 from service.db.models import LabelRecord
-from service.db.types import UTCDateTime
 
-_TS = UTCDateTime()
-
-
-#: A validated prediction ready to store: (id, ts, cohort JSON, slices JSON, inputs, digest);
-#: ``inputs`` are the packed float64 bytes, ``digest`` the SHA-256 of the content.
-StagedPrediction = tuple[str, datetime, str, str, bytes, bytes]
+#: A validated prediction ready to store: (id, ts, canonical cohort JSON, slices JSON, inputs);
+#: ``inputs`` are the packed float64 bytes.
+StagedPrediction = tuple[str, datetime, str, str, bytes]
 
 
 @dataclass(frozen=True)
@@ -47,7 +43,10 @@ def insert_predictions(
     """Insert new predictions, skipping ids already stored.
 
     Returns ``(inserted ids, conflicting ids)``: a conflicting id is stored with other content
-    (the caller rolls back). Ids stored with the same content are neither: duplicates.
+    (the caller rolls back). Ids stored with the same content are neither: duplicates. The
+    content is compared in SQL, stored row against staged row: the event time, the cohort's JSON
+    text (the service writes its canonical form, kept verbatim by ``json`` on PostgreSQL and by
+    SQLite's text) and the raw bytes of ``inputs``. Up to 20 conflicting ids are returned.
     """
     staging.load(session, "stage_predictions", rows)
     backend = backend_of(session)
@@ -59,8 +58,9 @@ def insert_predictions(
             session.scalars(
                 text(
                     "SELECT s.id FROM stage_predictions s WHERE EXISTS (SELECT 1 FROM"
-                    " prediction_keys k WHERE k.model = :model AND k.id = s.id"
-                    f" AND k.digest <> s.digest{backend.probe_fence}) ORDER BY s.id LIMIT 20"
+                    " predictions p WHERE p.model = :model AND p.id = s.id AND (p.ts <> s.ts"
+                    " OR CAST(p.cohort AS TEXT) <> s.cohort OR p.inputs <> s.inputs)"
+                    f"{backend.probe_fence}) ORDER BY s.id LIMIT 20"
                 ),
                 {"model": model},
             )
@@ -189,10 +189,10 @@ def sweep_waiting_labels(session: Session, model: str) -> JoinedLabels:
 
 @dataclass(frozen=True)
 class StoredPredictions:
-    """A page of a model's stored predictions in (ts, id) order, with their joined labels.
+    """A page of a model's stored predictions in id order, with their joined labels.
 
     ``labels`` holds the class index of a joined label, -1 for a prediction still unlabeled;
-    ``last`` is the (ts, id) to continue after.
+    ``last`` is the id to continue after.
     """
 
     contract_ids: list[str]
@@ -200,32 +200,31 @@ class StoredPredictions:
     slices: list[str]
     inputs: list[bytes]
     labels: np.ndarray
-    last: tuple[datetime, str] | None
+    last: str | None
 
 
 def predictions_page(
-    session: Session, model: str, after: tuple[datetime, str] | None, limit: int
+    session: Session, model: str, after: str | None, limit: int
 ) -> StoredPredictions:
-    """Up to ``limit`` predictions of ``model`` after ``after`` in (ts, id) order (keyset walk)."""
+    """Up to ``limit`` predictions of ``model`` with ids after ``after`` in id order: a keyset
+    walk of the primary key ``(model, id)``."""
     where = "p.model = :model"
     params: dict[str, Any] = {"model": model, "limit": limit}
     if after is not None:
-        where += " AND (p.ts > :ts OR (p.ts = :ts AND p.id > :id))"
-        params["ts"], params["id"] = after
+        where += " AND p.id > :after"
+        params["after"] = after
     seconds = backend_of(session).epoch_seconds("p.ts")
     query = text(
-        f"SELECT p.ts, p.id, p.contract_id, {seconds}, p.slices, p.inputs,"
+        f"SELECT p.id, p.contract_id, {seconds}, p.slices, p.inputs,"
         " l.label FROM predictions p LEFT JOIN labels l ON l.model = p.model AND"
-        f" l.id = p.id AND l.joined WHERE {where} ORDER BY p.ts, p.id LIMIT :limit"
-    ).columns(ts=_TS)
-    if after is not None:
-        query = query.bindparams(bindparam("ts", type_=_TS))
+        f" l.id = p.id AND l.joined WHERE {where} ORDER BY p.id LIMIT :limit"
+    )
     rows = session.execute(query, params).all()
     return StoredPredictions(
-        contract_ids=[r[2] for r in rows],
-        seconds=np.array([r[3] for r in rows], dtype=np.int64),
-        slices=[r[4] for r in rows],
-        inputs=[bytes(r[5]) for r in rows],
-        labels=np.array([-1 if r[6] is None else r[6] for r in rows], dtype=np.int64),
-        last=(rows[-1][0], rows[-1][1]) if rows else None,
+        contract_ids=[r[1] for r in rows],
+        seconds=np.array([r[2] for r in rows], dtype=np.int64),
+        slices=[r[3] for r in rows],
+        inputs=[bytes(r[4]) for r in rows],
+        labels=np.array([-1 if r[5] is None else r[5] for r in rows], dtype=np.int64),
+        last=rows[-1][0] if rows else None,
     )

@@ -20,13 +20,13 @@ from service.stream.windows import floor_to, parse_duration
 
 log = logging.getLogger(__name__)
 
-DAY = timedelta(days=1)
+SECOND = timedelta(seconds=1)
 
 
 @dataclass(frozen=True)
 class PruneReport:
-    """A finished prune: the cutoff (a UTC midnight) and what went, including the labels that
-    had waited ``pending_label_days`` for their prediction, per model."""
+    """A finished prune: the cutoff and what went, including the labels that had waited
+    ``pending_label_days`` for their prediction, per model."""
 
     cutoff: datetime
     counts: PruneCounts
@@ -50,7 +50,7 @@ def expire_pending(session: Session, model: str, settings: Settings, now: dateti
 
 
 def prune_cutoff(older_than: timedelta, settings: Settings, now: datetime) -> datetime:
-    """The UTC midnight at or before ``now - older_than``: whole days go, whole partitions drop.
+    """``now - older_than``, to the second: rows with an earlier event time go.
 
     ``older_than`` must cover the longest configured window: the refit temperature of a reading
     samples the window's rows, which must still be there.
@@ -62,14 +62,14 @@ def prune_cutoff(older_than: timedelta, settings: Settings, now: datetime) -> da
             f" ({longest}); the readings of that window still need its rows"
         )
         raise ValidationFailed(message, [ErrorDetail("older_than", message)])
-    return floor_to(now - older_than, DAY)
+    return floor_to(now - older_than, SECOND)
 
 
 def prune(
     session: Session, *, older_than: timedelta, settings: Settings, now: datetime, actor: str
 ) -> PruneReport:
-    """Remove predictions and labels older than ``older_than`` (to a UTC midnight), and labels
-    that have waited ``pending_label_days`` for their prediction; audit it.
+    """Remove predictions and labels older than ``older_than``, and labels that have waited
+    ``pending_label_days`` for their prediction; audit it.
 
     Contracts, aggregates, readings, gate decisions and the audit log are kept. One transaction:
     on any failure nothing is removed.
@@ -89,7 +89,6 @@ def prune(
         now=now,
         details={
             "cutoff": cutoff.isoformat(),
-            "partitions_dropped": counts.partitions_dropped,
             "predictions": counts.predictions,
             "labels": counts.labels,
             "pending_labels_expired": sum(expired.values()),

@@ -14,22 +14,14 @@ from sqlalchemy import CursorResult, delete, func, select
 from sqlalchemy.orm import Session
 from sqlalchemy.sql import Executable
 
-from service.db import partitions
 from service.db.backend import backend_of
-from service.db.models import (
-    LabelRecord,
-    ModelRecord,
-    PredictionKey,
-    PredictionRecord,
-    PruneRecord,
-)
+from service.db.models import LabelRecord, ModelRecord, PredictionRecord, PruneRecord
 
 
 @dataclass(frozen=True)
 class PruneCounts:
-    """What one prune removed: whole daily partitions, predictions and labels (rows)."""
+    """What one prune deleted: predictions and labels (rows)."""
 
-    partitions_dropped: int
     predictions: int
     labels: int
 
@@ -39,29 +31,26 @@ def _deleted(session: Session, statement: Executable) -> int:
 
 
 def prune_before(session: Session, cutoff: datetime, now: datetime) -> PruneCounts:
-    """Delete every prediction with event time before ``cutoff``, its key, and labels before it.
+    """Delete every prediction and every label with event time before ``cutoff``.
 
-    Daily partitions that end at or before ``cutoff`` are dropped whole; rows before it left in
-    the default partition (or, on SQLite, in the one table) are deleted. Labels go by their own
-    time (when the outcome became known), per model through ``labels(model, ts)``. Records the
-    prune, which moves the retention horizon, in the caller's transaction.
+    Predictions go by ``ts`` across all models, through the BRIN index on ``predictions(ts)``
+    (whole block ranges before the cutoff); labels by their own time (when the outcome became
+    known), per model through ``labels(model, ts)``. The deleted rows are dead tuples until
+    VACUUM reclaims them. Records the prune, which moves the retention horizon, in the caller's
+    transaction.
     """
-    connection = session.connection()
-    dropped = partitions.drop_partitions_before(connection, cutoff)
-    session.execute(delete(PredictionRecord).where(PredictionRecord.ts < cutoff))
-    backend_of(session).after_prune(connection, cutoff)
-    predictions = _deleted(session, delete(PredictionKey).where(PredictionKey.ts < cutoff))
+    predictions = _deleted(session, delete(PredictionRecord).where(PredictionRecord.ts < cutoff))
+    backend_of(session).after_prune(session.connection(), cutoff)
     labels = 0
     for model in session.scalars(select(ModelRecord.name).order_by(ModelRecord.name)):
         labels += _deleted(
             session, delete(LabelRecord).where(LabelRecord.model == model, LabelRecord.ts < cutoff)
         )
-    counts = PruneCounts(len(dropped), predictions, labels)
+    counts = PruneCounts(predictions, labels)
     session.add(
         PruneRecord(
             cutoff=cutoff,
             pruned_at=now,
-            partitions_dropped=counts.partitions_dropped,
             predictions=counts.predictions,
             labels=counts.labels,
         )

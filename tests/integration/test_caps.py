@@ -157,8 +157,6 @@ def test_pending_labels_beyond_the_cap_are_refused_and_reported(database_url: st
 def test_pending_labels_expire_in_the_refresher_and_in_prune(
     database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A month ahead, maintenance would also create that month's partitions in the shared database.
-    monkeypatch.setattr("service.export.refresher.partitions.ensure_ahead", lambda *_args: [])
     with app_with(database_url, pending_label_days=30) as app:
         client, db = app.test_client(), app.extensions["calmon.database"]
         settings = app.config["CALMON_SETTINGS"]

@@ -6,7 +6,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
 from service.db.database import make_engine
-from service.db.migrate import current_revisions, head_revisions, include_name
+from service.db.migrate import current_revisions, head_revisions
 from service.db.models import Base
 
 
@@ -26,9 +26,7 @@ def test_models_and_migrations_agree(database_url: str) -> None:
     engine = make_engine(database_url)
     try:
         with engine.connect() as connection:
-            context = MigrationContext.configure(
-                connection, opts={"compare_type": True, "include_name": include_name}
-            )
+            context = MigrationContext.configure(connection, opts={"compare_type": True})
             diff = compare_metadata(context, Base.metadata)
     finally:
         engine.dispose()

@@ -168,10 +168,10 @@ def test_a_failing_maintenance_step_does_not_stop_the_refresh(
 ) -> None:
     _multiclass_contract(client, auth, model="healthy")
 
-    def broken(*_args: Any) -> list[Any]:
-        raise RuntimeError("no partitions today")
+    def broken(*_args: Any) -> None:
+        raise RuntimeError("no statistics today")
 
-    monkeypatch.setattr("service.export.refresher.partitions.ensure_ahead", broken)
+    monkeypatch.setattr("service.export.refresher.refresh_planner_statistics", broken)
     refresher = Refresher(db, app.config["CALMON_SETTINGS"])
     with logged("service.export.refresher") as records:
         report = refresher.run_once()

@@ -94,11 +94,9 @@ def test_prune_removes_old_rows_and_keeps_aggregates(
         report = prune(
             session, older_than=timedelta(days=30), settings=settings, now=history, actor="tests"
         )
-    assert report.cutoff == datetime.combine(
-        (history - timedelta(days=30)).date(), datetime.min.time(), tzinfo=UTC
-    )
+    assert report.cutoff == (history - timedelta(days=30)).replace(microsecond=0)
     assert (report.counts.predictions, report.counts.labels) == (12, 12)
-    assert count(db, "predictions") == count(db, "prediction_keys") == count(db, "labels") == 8
+    assert count(db, "predictions") == count(db, "labels") == 8
 
     after = reading(client, auth, history)
     assert before["n_labeled"] == 20
@@ -123,11 +121,15 @@ def test_prune_shorter_than_the_longest_window_is_refused(db: Database, history:
     assert count(db, "prunes") == 0
 
 
-def test_cutoff_is_a_utc_midnight_at_or_before_the_age() -> None:
+def test_cutoff_is_the_age_before_now_to_the_second() -> None:
     settings = load_settings({"database_url": "unused", "windows": "1h"})
-    now = datetime(2026, 11, 30, 7, 45, tzinfo=UTC)
-    assert prune_cutoff(timedelta(days=2), settings, now) == datetime(2026, 11, 28, tzinfo=UTC)
-    assert prune_cutoff(timedelta(hours=8), settings, now) == datetime(2026, 11, 29, tzinfo=UTC)
+    now = datetime(2026, 11, 30, 7, 45, 12, 345678, tzinfo=UTC)
+    assert prune_cutoff(timedelta(days=2), settings, now) == datetime(
+        2026, 11, 28, 7, 45, 12, tzinfo=UTC
+    )
+    assert prune_cutoff(timedelta(hours=8), settings, now) == datetime(
+        2026, 11, 29, 23, 45, 12, tzinfo=UTC
+    )
 
 
 def test_predictions_before_the_horizon_are_refused_whole(

@@ -1,4 +1,4 @@
-"""Content digests, stored bytes and in-batch repeats: what tells a duplicate from a conflict."""
+"""Stored bytes, canonical cohorts and in-batch repeats: what tells a duplicate from a conflict."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from service.common.errors import Conflict
 from service.stream.batches import PredictionBatch
 from service.stream.idempotency import (
     canonical_cohort,
-    content_digest,
     dedupe_batch,
     distinct_cohorts,
     row_bytes,
@@ -33,27 +32,38 @@ def test_cohorts_in_another_key_order_are_the_same_cohort() -> None:
     assert canonical_cohort({"b": "2", "a": "1"}) == '{"a":"1","b":"2"}'
 
 
-def test_the_digest_covers_time_cohort_and_values() -> None:
-    row = row_bytes(np.array([0.5]))[0]
-    base = content_digest(TS, b"{}", row)
-    assert len(base) == 32 and base == content_digest(TS, b"{}", row)
-    assert base != content_digest(TS.replace(second=1), b"{}", row)
-    assert base != content_digest(TS, b'{"a":"1"}', row)
-    assert base != content_digest(TS, b"{}", row_bytes(np.array([0.25]))[0])
-
-
 def batch(ids: list[str]) -> PredictionBatch:
     return PredictionBatch(ids, [TS] * len(ids), [{}] * len(ids), np.zeros(len(ids)))
 
 
+ROW = row_bytes(np.array([0.5]))[0]
+
+
 def test_an_exact_repeat_in_the_batch_is_a_duplicate() -> None:
-    keep, repeats = dedupe_batch(batch(["a", "b", "a"]), [b"1", b"2", b"1"])
+    contents = [(TS, 0, ROW), (TS, 1, ROW), (TS, 0, ROW)]
+    keep, repeats = dedupe_batch(batch(["a", "b", "a"]), contents)
     assert (keep, repeats) == ([0, 1], 1)
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        (TS.replace(second=1), 0, ROW),
+        (TS, 1, ROW),
+        (TS, 0, row_bytes(np.array([0.25]))[0]),
+    ],
+    ids=["time", "cohort", "values"],
+)
+def test_a_repeat_differing_in_time_cohort_or_values_is_a_conflict(
+    changed: tuple[datetime, int, bytes],
+) -> None:
+    with pytest.raises(Conflict):
+        dedupe_batch(batch(["a", "a"]), [(TS, 0, ROW), changed])
 
 
 def test_a_changed_repeat_in_the_batch_is_a_conflict_naming_both_items() -> None:
     with pytest.raises(Conflict) as info:
-        dedupe_batch(batch(["a", "b", "a"]), [b"1", b"2", b"3"])
+        dedupe_batch(batch(["a", "b", "a"]), [(TS, 0, ROW), (TS, 1, ROW), (TS, 2, ROW)])
     detail = info.value.details[0]
     assert (detail.field, detail.item, detail.message) == (
         "predictions[2].id",
