@@ -307,7 +307,6 @@ def calmon_sql_ceilings(url: str, rows: int, batch: int) -> tuple[float, float]:
         "ts": now,
         "cohort": '{"region": "emea"}',
         "slices": '["all", "region=emea"]',
-        "digest": bytes(32),
     }
     staged = [
         tuple(
