@@ -10,6 +10,7 @@ serves on, the database URL names the PostgreSQL service, and every mounted path
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import psycopg
 import pytest
 import yaml
 from flask import Flask
@@ -245,3 +247,38 @@ def test_grafana_mounts_the_provisioning_and_the_dashboard_where_the_provider_lo
     (options,) = [p["options"] for p in provider["providers"]]
     dashboard = host_path(grafana, f"{options['path']}/calmon-dashboard.json")
     assert dashboard == (DEPLOY / "grafana" / "calmon-dashboard.json").resolve()
+
+
+def postgres_settings(services: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """The ``-c name=value`` pairs the compose file starts PostgreSQL with."""
+    command = services["postgres"]["command"]
+    assert command[0] == "postgres" and all(flag == "-c" for flag in command[1::2])
+    return dict(pair.split("=", 1) for pair in command[2::2])
+
+
+@pytest.mark.skipif(
+    not os.environ.get("CALMON_TEST_DATABASE_URL"), reason="needs PostgreSQL (.ci/run sets it)"
+)
+def test_postgres_settings_are_real_and_documented(services: dict[str, dict[str, Any]]) -> None:
+    """Every setting exists in PostgreSQL 15 with a value of its type, and the operations guide
+    gives the same value for a managed database."""
+    settings = postgres_settings(services)
+    assert {"shared_buffers", "max_wal_size", "checkpoint_timeout", "work_mem"} <= set(settings)
+    with psycopg.connect(os.environ["CALMON_TEST_DATABASE_URL"]) as conn:
+        for name, value in settings.items():
+            row = conn.execute(
+                "SELECT vartype, unit, enumvals FROM pg_settings WHERE name = %s", (name,)
+            ).fetchone()
+            assert row, f"{name} is not a PostgreSQL setting"
+            vartype, unit, enumvals = row
+            if vartype == "enum":
+                assert value in enumvals, (name, value)
+            elif vartype == "bool":
+                assert value in ("on", "off"), (name, value)
+            elif unit in ("8kB", "kB", "MB"):
+                assert conn.execute("SELECT pg_size_bytes(%s) > 0", (value,)).fetchone() == (True,)
+            else:
+                assert conn.execute("SELECT %s::interval > '0'", (value,)).fetchone() == (True,)
+    guide = (ROOT / "docs" / "operations.md").read_text()
+    for name, value in settings.items():
+        assert f"`{name}={value}`" in guide, f"docs/operations.md does not give {name}={value}"

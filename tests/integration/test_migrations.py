@@ -2,12 +2,31 @@
 
 from __future__ import annotations
 
+import importlib.util
+
+import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from sqlalchemy import text
 
 from service.db.database import make_engine
-from service.db.migrate import current_revisions, head_revisions
+from service.db.migrate import alembic_config, current_revisions, head_revisions, script_location
 from service.db.models import Base
+from tests.integration.conftest import BACKEND
+
+
+def _revision_module(filename: str):  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location(
+        filename, f"{script_location()}/versions/{filename}"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+THRESHOLDS = _revision_module("0010_hot_table_autovacuum.py").THRESHOLDS
 
 
 def test_single_head() -> None:
@@ -31,3 +50,29 @@ def test_models_and_migrations_agree(database_url: str) -> None:
     finally:
         engine.dispose()
     assert diff == []
+
+
+@pytest.mark.skipif(BACKEND != "postgresql", reason="autovacuum is PostgreSQL's")
+def test_hot_tables_carry_their_autovacuum_thresholds(fresh_empty_url: str) -> None:
+    """Revision 0010 sets every threshold it lists, and its downgrade takes them all back."""
+    config = alembic_config(fresh_empty_url)
+    command.upgrade(config, "head")
+    engine = make_engine(fresh_empty_url)
+
+    def options() -> dict[str, dict[str, str]]:
+        with engine.connect() as connection:
+            rows = connection.execute(
+                text("SELECT relname, reloptions FROM pg_class WHERE relname = ANY(:names)"),
+                {"names": list(THRESHOLDS)},
+            )
+            return {
+                name: dict(option.split("=", 1) for option in (reloptions or []))
+                for name, reloptions in rows
+            }
+
+    try:
+        assert options() == THRESHOLDS
+        command.downgrade(config, "0009")
+        assert options() == {name: {} for name in THRESHOLDS}
+    finally:
+        engine.dispose()
