@@ -337,6 +337,21 @@ def calmon_sql_ceilings(url: str, rows: int, batch: int) -> tuple[float, float]:
     return rows / seconds[0], rows / seconds[1]
 
 
+def table_sizes(url: str) -> str:
+    """On-disk bytes (with indexes and TOAST) of the tables the streams write, and per stored
+    prediction."""
+    tables = ("predictions", "labels", "calibration_buckets")
+    with psycopg.connect(url, autocommit=True) as conn:
+        count = conn.execute("SELECT count(*) FROM predictions").fetchone()[0]  # type: ignore[index]
+        sizes = {
+            t: conn.execute("SELECT pg_total_relation_size(%s)", (t,)).fetchone()[0]  # type: ignore[index]
+            for t in tables
+        }
+    per_row = sum(sizes.values()) / max(count, 1)
+    parts = ", ".join(f"{t} {b / 2**20:,.0f} MB" for t, b in sizes.items())
+    return f"{parts}; {per_row:,.0f} B per stored prediction ({count:,} stored)"
+
+
 def timed_gets(path: str, count: int) -> tuple[float, float, bytes]:
     """p50 and p95 milliseconds of ``count`` sequential GETs of ``path``, and the last body."""
     conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=600)
@@ -450,6 +465,7 @@ def main() -> None:
             "ceiling: calmon SQL", lambda: calmon_sql_ceilings(url, rows, args.batch)
         )
         settings = server_settings(url)
+        sizes = table_sizes(url)
     finally:
         service.terminate()
         service.wait(timeout=60)
@@ -473,7 +489,7 @@ def main() -> None:
         f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, Python"
         f" {platform.python_version()}; {n:,} predictions over {args.days:g} days,"
         f" batches of {args.batch:,}, {args.workers} workers, {args.clients} clients\n"
-        f"server: {settings}\n"
+        f"server: {settings}\nsize: {sizes}\n"
     )
     rows_text = [
         (
