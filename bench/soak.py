@@ -208,6 +208,7 @@ def main() -> None:
         draining.set()
         for t in threads:
             t.join()
+        conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=120)
         status, raw = request(conn, "GET", "/v1/models/soak/calibration?window=24h", None)
         assert status == 200, raw
         stored = json.loads(raw)

@@ -35,9 +35,9 @@ class Backend(Protocol):
     #: Appended to a correlated subquery to keep it a per-row primary-key probe (``OFFSET 0``
     #: on PostgreSQL, where a planner with stale statistics may otherwise hash a whole table).
     probe_fence: str
-    #: Appended to a ``SELECT`` over ``calibration_buckets b`` to hold the rows it returns until
-    #: commit (empty where writers are serialised).
-    row_lock: str
+    #: Matches a bucket row ``b`` with the staged row ``v`` that carries its ``row_id`` (as
+    #: returned by ``locked_bucket_rows``).
+    row_id_match: str
 
     def insert(self, table: Table) -> Insert:
         """An ``INSERT`` that supports ``ON CONFLICT`` (``on_conflict_do_nothing/update``)."""
@@ -61,6 +61,12 @@ class Backend(Protocol):
     def insert_staged_predictions(self, session: Session, params: Mapping[str, Any]) -> set[str]:
         """Insert the staged predictions whose ids are new for ``:model``; return the ids
         inserted."""
+
+    def locked_bucket_rows(
+        self, session: Session, params: Mapping[str, Any]
+    ) -> list[tuple[Any, ...]]:
+        """The ``:model`` buckets of the staged bucket deltas, locked until commit in key order:
+        ``(k, row id, confidence_counts, stats)``, one primary-key probe per staged key."""
 
     def record_staged_labels(self, session: Session, params: Mapping[str, Any]) -> list[LabelRow]:
         """Insert the staged labels new for ``:model`` (joined when their prediction is stored);

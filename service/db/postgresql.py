@@ -41,7 +41,7 @@ class PostgreSQL:
 
     name = "postgresql"
     probe_fence = " OFFSET 0"
-    row_lock = " FOR UPDATE OF b"
+    row_id_match = "b.ctid = CAST(v.row_id AS tid)"
 
     def insert(self, table: Table) -> postgresql.Insert:
         return postgresql.insert(table)
@@ -75,6 +75,23 @@ class PostgreSQL:
             for row in rows:
                 copy.write_row(row)
         session.execute(text(f"ANALYZE {table}"))
+
+    def locked_bucket_rows(
+        self, session: Session, params: Mapping[str, Any]
+    ) -> list[tuple[Any, ...]]:
+        rows = session.execute(
+            text(
+                "SELECT s.k, CAST(b.ctid AS text), b.confidence_counts, b.stats FROM"
+                " (SELECT * FROM stage_bucket_deltas"
+                "  ORDER BY slice, resolution, bucket_start, contract_id) s"
+                " CROSS JOIN LATERAL (SELECT ctid, confidence_counts, stats"
+                "  FROM calibration_buckets WHERE model = :model AND slice = s.slice"
+                "  AND resolution = s.resolution AND bucket_start = s.bucket_start"
+                "  AND contract_id = s.contract_id FOR UPDATE) b"
+            ),
+            params,
+        )
+        return [tuple(row) for row in rows]
 
     def insert_staged_predictions(self, session: Session, params: Mapping[str, Any]) -> set[str]:
         statement = text(

@@ -33,7 +33,7 @@ class SQLite:
 
     name = "sqlite"
     probe_fence = ""
-    row_lock = ""
+    row_id_match = "b.rowid = v.row_id"
 
     def insert(self, table: Table) -> sqlite.Insert:
         return sqlite.insert(table)
@@ -61,6 +61,20 @@ class SQLite:
         params = [dict(zip(names, row, strict=True)) for row in rows]
         if params:
             session.execute(statement, params)
+
+    def locked_bucket_rows(
+        self, session: Session, params: Mapping[str, Any]
+    ) -> list[tuple[Any, ...]]:
+        rows = session.execute(
+            text(
+                "SELECT s.k, b.rowid, b.confidence_counts, b.stats FROM stage_bucket_deltas s"
+                " JOIN calibration_buckets b ON b.model = :model AND b.slice = s.slice"
+                " AND b.resolution = s.resolution AND b.bucket_start = s.bucket_start"
+                " AND b.contract_id = s.contract_id"
+            ),
+            params,
+        )
+        return [tuple(row) for row in rows]
 
     def insert_staged_predictions(self, session: Session, params: Mapping[str, Any]) -> set[str]:
         statement = text(

@@ -36,6 +36,7 @@ STAGING_TABLES: dict[str, tuple[tuple[str, str, str], ...]] = {
     ),
     "stage_bucket_vectors": (
         ("k", "int4", "INTEGER"),
+        ("row_id", "text", "INTEGER"),
         ("confidence_counts", "bytea", "BLOB"),
         ("stats", "bytea", "BLOB"),
     ),

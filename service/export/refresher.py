@@ -230,7 +230,9 @@ class Refresher:
         labels: each on its own, so one failing neither stops the other nor the refresh."""
         try:
             with self.db.session() as session:
-                refresh_planner_statistics(session, ("predictions", "labels"))
+                refresh_planner_statistics(
+                    session, ("predictions", "labels", "calibration_buckets")
+                )
                 session.commit()
         except Exception as exc:
             log_failure("refreshing planner statistics failed", exc)

@@ -55,10 +55,6 @@ def _decode(blob: bytes | None) -> np.ndarray | None:
     return None if blob is None else np.frombuffer(blob, dtype="<f8")
 
 
-_KEY_MATCH = (
-    "b.model = :model AND b.slice = s.slice AND b.resolution = s.resolution"
-    " AND b.bucket_start = s.bucket_start AND b.contract_id = s.contract_id"
-)
 _KEY_ORDER = "s.slice, s.resolution, s.bucket_start, s.contract_id"
 
 
@@ -67,9 +63,10 @@ def apply_deltas(session: Session, model: str, deltas: Mapping[BucketKey, Bucket
 
     The deltas are staged (one row each, ``k`` their index in key order); missing buckets are
     inserted empty; the touched buckets' vectors (``VECTORS``) are read and locked in key order,
-    so concurrent writers cannot deadlock; the sums are formed here and written back with the
-    counters in one ``UPDATE ... FROM``, one new row version per bucket. The statements' size
-    does not grow with the number of buckets a batch touches.
+    one primary-key probe each, so concurrent writers cannot deadlock; the sums are formed here
+    and written back with the counters in one ``UPDATE ... FROM`` that finds each row by its
+    physical row id, one new row version per bucket. Neither the statements' size nor their
+    cost grows with the number of buckets a model has, only with the number a batch touches.
     """
     if not deltas:
         return
@@ -107,17 +104,11 @@ def apply_deltas(session: Session, model: str, deltas: Mapping[BucketKey, Bucket
         ),
         params,
     )
-    stored = session.execute(
-        text(
-            "SELECT s.k, b.confidence_counts, b.stats FROM calibration_buckets b"
-            f" JOIN stage_bucket_deltas s ON {_KEY_MATCH} ORDER BY {_KEY_ORDER}{backend.row_lock}"
-        ),
-        params,
-    )
+    stored = backend.locked_bucket_rows(session, params)
     vectors = []
-    for k, *blobs in stored:
+    for k, row_id, *blobs in stored:
         delta = deltas[keys[k]]
-        row: list[Any] = [k]
+        row: list[Any] = [k, row_id]
         for name, blob in zip(VECTORS, blobs, strict=True):
             before = _decode(blob)
             added = getattr(delta, name)
@@ -134,8 +125,8 @@ def apply_deltas(session: Session, model: str, deltas: Mapping[BucketKey, Bucket
             " unlabeled_expected_square = b.unlabeled_expected_square"
             " + s.unlabeled_expected_square,"
             " confidence_counts = v.confidence_counts, stats = v.stats"
-            " FROM stage_bucket_deltas s JOIN stage_bucket_vectors v ON v.k = s.k"
-            f" WHERE {_KEY_MATCH}"
+            " FROM stage_bucket_vectors v JOIN stage_bucket_deltas s ON s.k = v.k"
+            f" WHERE b.model = :model AND {backend.row_id_match}"
         ),
         params,
     )
