@@ -26,7 +26,8 @@ def _revision_module(filename: str):  # type: ignore[no-untyped-def]
     return module
 
 
-THRESHOLDS = _revision_module("0010_hot_table_autovacuum.py").THRESHOLDS
+REVISION_0010 = _revision_module("0010_hot_table_storage.py")
+THRESHOLDS = REVISION_0010.THRESHOLDS
 
 
 def test_single_head() -> None:
@@ -53,8 +54,9 @@ def test_models_and_migrations_agree(database_url: str) -> None:
 
 
 @pytest.mark.skipif(BACKEND != "postgresql", reason="autovacuum is PostgreSQL's")
-def test_hot_tables_carry_their_autovacuum_thresholds(fresh_empty_url: str) -> None:
-    """Revision 0010 sets every threshold it lists, and its downgrade takes them all back."""
+def test_hot_tables_carry_their_storage_settings(fresh_empty_url: str) -> None:
+    """Revision 0010 sets every threshold and column compression it lists, and its downgrade
+    takes them all back."""
     config = alembic_config(fresh_empty_url)
     command.upgrade(config, "head")
     engine = make_engine(fresh_empty_url)
@@ -70,9 +72,27 @@ def test_hot_tables_carry_their_autovacuum_thresholds(fresh_empty_url: str) -> N
                 for name, reloptions in rows
             }
 
+    def compression() -> dict[tuple[str, str], str]:
+        with engine.connect() as connection:
+            rows = connection.execute(
+                text(
+                    "SELECT c.relname, a.attname, a.attcompression FROM pg_attribute a"
+                    " JOIN pg_class c ON c.oid = a.attrelid WHERE c.relname = ANY(:names)"
+                    " AND a.attname = ANY(:columns)"
+                ),
+                {
+                    "names": list(REVISION_0010.LZ4_COLUMNS),
+                    "columns": [c for cs in REVISION_0010.LZ4_COLUMNS.values() for c in cs],
+                },
+            )
+            return {(table, column): method for table, column, method in rows}
+
+    lz4_columns = [(t, c) for t, cs in REVISION_0010.LZ4_COLUMNS.items() for c in cs]
     try:
         assert options() == THRESHOLDS
+        assert compression() == {key: "l" for key in lz4_columns}
         command.downgrade(config, "0009")
         assert options() == {name: {} for name in THRESHOLDS}
+        assert compression() == {key: "" for key in lz4_columns}
     finally:
         engine.dispose()
