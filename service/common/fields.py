@@ -14,6 +14,7 @@ absent optional field otherwise takes its ``default`` (``MISSING``: left out of 
 from __future__ import annotations
 
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -65,18 +66,20 @@ def _nullable(schema: dict[str, Any], nullable: bool) -> dict[str, Any]:
     return {"oneOf": [schema, {"type": "null"}]}
 
 
-class Field:
+class Field(ABC):
     """A declared field: ``parse`` records problems in ``errors`` and returns the value (None when
     it is unusable), ``schema`` is its JSON Schema."""
 
     nullable: bool = False
     default: Any = MISSING
 
+    @abstractmethod
     def parse(self, value: Any, path: str, errors: ErrorCollector, context: Context) -> Any:
-        raise NotImplementedError
+        """The parsed value of ``value`` found at ``path``."""
 
+    @abstractmethod
     def schema(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """The field's JSON Schema."""
 
     def absent(self, path: str, errors: ErrorCollector, context: Context) -> Any:
         """The value of the field when the key is missing from an optional position."""
