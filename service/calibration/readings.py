@@ -150,11 +150,11 @@ class Reading:
             raise CalibrationInputError(field, "must be an object")
         task = BINARY if "auc" in d else MULTICLASS
         extra = _BINARY_KEYS if task == BINARY else _MULTICLASS_KEYS
-        allowed = set(_COMMON_KEYS) | set(_INFERRED_KEYS) | set(extra)
+        allowed = set(REQUIRED_KEYS) | set(_INFERRED_KEYS) | set(extra)
         for key in d:
             if key not in allowed:
                 raise CalibrationInputError(f"{field}.{key}", "is not a reading field")
-        for key in _COMMON_KEYS:
+        for key in REQUIRED_KEYS:
             if key not in d:
                 raise CalibrationInputError(f"{field}.{key}", "is required")
         n = _whole(d["n"], f"{field}.n")
@@ -206,7 +206,8 @@ class Reading:
         )
 
 
-_COMMON_KEYS = (
+#: The keys every stored reading carries.
+REQUIRED_KEYS = (
     "n",
     "ece",
     "ece_ci",

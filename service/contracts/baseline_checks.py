@@ -9,7 +9,7 @@ from typing import Any
 
 from service.calibration import CalibrationInputError
 from service.calibration.nll_comparison import NllDifference
-from service.calibration.readings import Reading
+from service.calibration.readings import REQUIRED_KEYS, Reading
 from service.common.errors import ErrorCollector
 from service.common.fields import Custom, Integer, Number, Obj
 from service.common.values import expect_object
@@ -65,18 +65,7 @@ READING_SCHEMA: dict[str, Any] = {
         "threshold": {"type": ["number", "null"]},
         "expected_cost": Number(0, MAX_COST, nullable=True).schema(),
     },
-    "required": [
-        "n",
-        "ece",
-        "ece_ci",
-        "mce",
-        "nll",
-        "brier",
-        "accuracy",
-        "mean_confidence",
-        "bins",
-        "label_counts",
-    ],
+    "required": list(REQUIRED_KEYS),
     "additionalProperties": False,
 }
 _SPLIT_SCHEMA = Obj(
