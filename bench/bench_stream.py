@@ -99,10 +99,20 @@ def start_service(url: str, workers: int) -> subprocess.Popen[bytes]:
 def call(
     conn: http.client.HTTPConnection, method: str, path: str, body: bytes | None = None
 ) -> tuple[int, bytes]:
+    """One request on ``conn``; a connection the server closed while idle is opened again and the
+    request sent once more (calmon's writes are idempotent)."""
     headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
-    conn.request(method, path, body=body, headers=headers)
-    response = conn.getresponse()
-    return response.status, response.read()
+
+    def send() -> tuple[int, bytes]:
+        conn.request(method, path, body=body, headers=headers)
+        response = conn.getresponse()
+        return response.status, response.read()
+
+    try:
+        return send()
+    except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+        conn.close()
+        return send()
 
 
 def send_all(bodies: list[bytes], path: str, clients: int) -> tuple[float, list[dict]]:

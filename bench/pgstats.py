@@ -46,11 +46,10 @@ def _processes() -> list[tuple[int, int, str, float]]:
     return found
 
 
-def cpu_seconds(service_pid: int) -> tuple[float, float]:
-    """CPU seconds used so far by PostgreSQL's processes and by the service's process tree."""
-    procs = _processes()
-    postgres = sum(cpu for _, _, command, cpu in procs if command.startswith("postgres"))
-    tree = {service_pid}
+def process_tree(root: int, procs: list[tuple[int, int, str, float]] | None = None) -> set[int]:
+    """``root`` and every process descending from it."""
+    procs = _processes() if procs is None else procs
+    tree = {root}
     changed = True
     while changed:
         changed = False
@@ -58,6 +57,14 @@ def cpu_seconds(service_pid: int) -> tuple[float, float]:
             if parent in tree and pid not in tree:
                 tree.add(pid)
                 changed = True
+    return tree
+
+
+def cpu_seconds(service_pid: int) -> tuple[float, float]:
+    """CPU seconds used so far by PostgreSQL's processes and by the service's process tree."""
+    procs = _processes()
+    postgres = sum(cpu for _, _, command, cpu in procs if command.startswith("postgres"))
+    tree = process_tree(service_pid, procs)
     service = sum(cpu for pid, _, _, cpu in procs if pid in tree)
     return postgres, service
 

@@ -31,13 +31,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_stream import (
     PORT,
-    TOKEN,
+    call,
     drop_database,
     fresh_database,
     start_service,
     synthetic_fit_body,
 )
-from pgstats import between, phase_table, server_settings, snapshot
+from pgstats import between, phase_table, process_tree, server_settings, snapshot
 
 K = 10
 BATCH = 2000
@@ -45,15 +45,8 @@ BATCH = 2000
 
 def rss_mib(master: int) -> float:
     """Resident memory of the gunicorn master and its workers, MiB."""
-    pids = [master]
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == master:
-                pids.append(int(stat.parent.name))
-        except (OSError, ValueError, IndexError):
-            continue
     total = 0
-    for pid in pids:
+    for pid in process_tree(master):
         try:
             for line in Path(f"/proc/{pid}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
@@ -77,15 +70,6 @@ class Recorder:
             self.errors[name] += 0 if ok else 1
 
 
-def request(
-    conn: http.client.HTTPConnection, method: str, path: str, body: bytes | None
-) -> tuple[int, bytes]:
-    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
-    conn.request(method, path, body=body, headers=headers)
-    response = conn.getresponse()
-    return response.status, response.read()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=600)
@@ -107,7 +91,7 @@ def main() -> None:
     fragments = [json.dumps(np.round(rng.normal(size=K) * 2, 4).tolist()) for _ in range(BATCH)]
     try:
         conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=120)
-        status, raw = request(conn, "POST", "/v1/contracts/fit", synthetic_fit_body("soak"))
+        status, raw = call(conn, "POST", "/v1/contracts/fit", synthetic_fit_body("soak"))
         assert status == 201, raw
 
         def ingester(k: int) -> None:
@@ -129,7 +113,7 @@ def main() -> None:
                 )
                 body = f'{{"model":"soak","predictions":[{rows}]}}'.encode()
                 start = time.perf_counter()
-                status, raw = request(conn, "POST", "/v1/predictions", body)
+                status, raw = call(conn, "POST", "/v1/predictions", body)
                 recorder.record(
                     "POST /v1/predictions", time.perf_counter() - start, BATCH, status == 200
                 )
@@ -160,7 +144,7 @@ def main() -> None:
                         }
                     ).encode()
                     start = time.perf_counter()
-                    status, raw = request(conn, "POST", "/v1/labels", body)
+                    status, raw = call(conn, "POST", "/v1/labels", body)
                     recorder.record(
                         "POST /v1/labels", time.perf_counter() - start, len(ids), status == 200
                     )
@@ -173,7 +157,7 @@ def main() -> None:
             conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=120)
             while not stop.is_set():
                 start = time.perf_counter()
-                status, _ = request(conn, "GET", path, None)
+                status, _ = call(conn, "GET", path, None)
                 recorder.record(
                     f"GET {path.split('?')[0]}", time.perf_counter() - start, 1, status == 200
                 )
@@ -209,7 +193,7 @@ def main() -> None:
         for t in threads:
             t.join()
         conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=120)
-        status, raw = request(conn, "GET", "/v1/models/soak/calibration?window=24h", None)
+        status, raw = call(conn, "GET", "/v1/models/soak/calibration?window=24h", None)
         assert status == 200, raw
         stored = json.loads(raw)
         settings = server_settings(url)
