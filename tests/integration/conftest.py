@@ -85,7 +85,8 @@ def database_url(empty_database_url: str) -> str:
     return empty_database_url
 
 
-def _wipe(db: Database) -> None:
+def wipe(db: Database) -> None:
+    """Empty every table of the test database."""
     tables = [t.name for t in reversed(Base.metadata.sorted_tables)]
     with db.engine.begin() as connection:
         if db.backend == "postgresql":
@@ -104,7 +105,7 @@ def app(database_url: str, tmp_path: Path) -> Iterator[Flask]:
     try:
         yield application
     finally:
-        _wipe(db)
+        wipe(db)
         db.dispose()
 
 

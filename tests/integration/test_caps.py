@@ -17,7 +17,7 @@ from service.config import load_settings
 from service.db.database import Database
 from service.export.refresher import Refresher, expire_pending_labels, refresh_all
 from service.stream.retention import prune
-from tests.integration.conftest import ADMIN_TOKEN, _wipe
+from tests.integration.conftest import ADMIN_TOKEN, wipe
 from tests.integration.factories import fit_body
 from tests.integration.test_exporter import counter, scrape
 from tests.integration.test_stream import (
@@ -40,7 +40,7 @@ def app_with(database_url: str, **settings: Any) -> Iterator[Flask]:
     try:
         yield app
     finally:
-        _wipe(app.extensions["calmon.database"])
+        wipe(app.extensions["calmon.database"])
         app.extensions["calmon.database"].dispose()
 
 

@@ -624,9 +624,9 @@ def test_cohort_values_are_capped(database_url: str) -> None:
         )
         assert other["n_predictions"] == 2
     finally:
-        from tests.integration.conftest import _wipe
+        from tests.integration.conftest import wipe
 
-        _wipe(app.extensions["calmon.database"])
+        wipe(app.extensions["calmon.database"])
         app.extensions["calmon.database"].dispose()
 
 
