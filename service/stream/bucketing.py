@@ -73,8 +73,14 @@ def epoch_seconds(ts: Sequence[datetime]) -> np.ndarray:
     return np.array([(t - _EPOCH) // second for t in ts], dtype=np.int64)
 
 
-def _expand_slices(slices: Sequence[Sequence[str]]) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """Flatten rows x their slices: ``(slice names, row of each pair, slice id of each pair)``."""
+#: Row-group keys pack ``combo << _KEY_SHIFT | 5-minute index``; 5-minute indices since the
+#: epoch stay below 2**33 until the year 83,000.
+_KEY_SHIFT = 33
+
+
+def _slice_combos(slices: Sequence[Sequence[str]]) -> tuple[list[str], list[list[int]], np.ndarray]:
+    """Distinct slice lists of the rows: ``(slice names, slice ids of each combination, (N,)
+    combination of each row)``."""
     names: dict[str, int] = {}
     combos: dict[tuple[str, ...], int] = {}
     combo_slices: list[list[int]] = []
@@ -86,13 +92,68 @@ def _expand_slices(slices: Sequence[Sequence[str]]) -> tuple[list[str], np.ndarr
             combo = combos[key] = len(combo_slices)
             combo_slices.append([names.setdefault(n, len(names)) for n in key])
         combo_of_row[row] = combo
-    rows_parts, slice_parts = [], []
-    for combo, ids in enumerate(combo_slices):
-        rows = np.flatnonzero(combo_of_row == combo)
-        for sid in ids:
-            rows_parts.append(rows)
-            slice_parts.append(np.full(rows.size, sid, dtype=np.int64))
-    return list(names), np.concatenate(rows_parts), np.concatenate(slice_parts)
+    return list(names), combo_slices, combo_of_row
+
+
+def _sum_by(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sum the rows of (P, C) ``values`` that share a key of (P,) int64 ``keys``: ``(distinct
+    keys ascending, (D, C) sums)``."""
+    order = np.argsort(keys, kind="stable")
+    ordered = keys[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    return ordered[starts], np.add.reduceat(values[order], starts, axis=0)
+
+
+def _group_columns(
+    contract: Contract,
+    inputs: np.ndarray,
+    labels: np.ndarray,
+    group: np.ndarray,
+    n_groups: int,
+    new: bool,
+) -> np.ndarray:
+    """The (G, C) additive columns of each row group, laid out as ``_COLUMNS`` then the
+    confidence counts (M) then the packed statistics (``layout_of``)."""
+    confidence, expected = confidence_and_expected_correctness(contract, inputs)
+    labeled = labels >= 0
+    moved = np.where(labeled, 0.0, 1.0) if new else np.where(labeled, -1.0, 0.0)
+    weight = moved * expected
+    n_bins = contract.edges.size - 1
+    layout = layout_of(contract)
+    out = np.zeros((n_groups, len(_COLUMNS) + n_bins + layout.size))
+    if new:
+        out[:, 0] = np.bincount(group, minlength=n_groups)
+        confidence_bin = bin_index(confidence, contract.edges, is_equal_width(contract.edges))
+        out[:, len(_COLUMNS) : len(_COLUMNS) + n_bins] = np.bincount(
+            group * n_bins + confidence_bin, minlength=n_groups * n_bins
+        ).reshape(n_groups, n_bins)
+    out[:, 1] = np.bincount(group, weights=labeled, minlength=n_groups)
+    out[:, 2] = np.bincount(group, weights=weight, minlength=n_groups)
+    out[:, 3] = np.bincount(group, weights=weight * expected, minlength=n_groups)
+    if labeled.any():
+        rows = np.flatnonzero(labeled)
+        out[:, len(_COLUMNS) + n_bins :] = np.hstack(
+            [
+                pack_groups(
+                    grouped_stats(
+                        contract.spec.task,
+                        inputs[rows],
+                        labels[rows],
+                        contract.edges,
+                        group[rows],
+                        n_groups,
+                        calibrator=contract.calibrator,
+                        threshold=contract.threshold,
+                    )
+                ),
+                _knot_sums(contract, inputs[rows], labels[rows], group[rows], n_groups),
+            ]
+        )
+    return out
+
+
+#: The scalar columns of ``_group_columns``, in order.
+_COLUMNS = ("n_predictions", "n_labeled", "unlabeled", "unlabeled_square")
 
 
 def bucket_deltas(
@@ -110,95 +171,56 @@ def bucket_deltas(
     ``labels`` holds a class index per row, or -1 for rows still unlabeled. ``new`` rows are
     predictions being stored now (they count in ``n_predictions``; unlabeled ones add their
     expected correctness); otherwise the rows are stored predictions whose labels just arrived,
-    and their expected correctness moves out of the unlabeled sum. Statistics of every bucket
-    come from one grouped pass over the rows.
+    and their expected correctness moves out of the unlabeled sum.
+
+    Every row is evaluated once: the rows are grouped by (slice list, 5-minute bucket) and the
+    statistics of each group come from one grouped pass; each group's sums are then added into
+    the 5-minute bucket of each of its slices, and those into their hour buckets.
     """
     if len(seconds) == 0:
         return {}
-    confidence, expected = confidence_and_expected_correctness(contract, inputs)
     fine = np.asarray(seconds, dtype=np.int64) // int(FINE.total_seconds())
-    names, pair_row, pair_slice = _expand_slices(slices)
+    names, combo_slices, combo_of_row = _slice_combos(slices)
+    group_keys, row_group = np.unique((combo_of_row << _KEY_SHIFT) | fine, return_inverse=True)
+    columns = _group_columns(
+        contract, inputs, np.asarray(labels), row_group.ravel(), group_keys.size, new
+    )
+    group_combo = group_keys >> _KEY_SHIFT
+    group_fine = group_keys & ((1 << _KEY_SHIFT) - 1)
+    sources, slice_ids = [], []
+    for combo, ids in enumerate(combo_slices):
+        groups = np.flatnonzero(group_combo == combo)
+        for sid in ids:
+            sources.append(groups)
+            slice_ids.append(np.full(groups.size, sid, dtype=np.int64))
+    source = np.concatenate(sources)
+    slice_of = np.concatenate(slice_ids)
+    fine_keys, fine_sums = _sum_by((slice_of << _KEY_SHIFT) | group_fine[source], columns[source])
     per_hour = HOUR // FINE
-    fine_keys, fine_group = np.unique(
-        np.column_stack([pair_slice, fine[pair_row]]), axis=0, return_inverse=True
+    fine_index = fine_keys & ((1 << _KEY_SHIFT) - 1)
+    hour_keys, hour_sums = _sum_by(
+        ((fine_keys >> _KEY_SHIFT) << _KEY_SHIFT) | (fine_index // per_hour), fine_sums
     )
-    fine_group = fine_group.ravel()
-    n_groups = fine_keys.shape[0]
-    labeled = labels[pair_row] >= 0
-    moved = np.where(labeled, -1.0, 0.0) if not new else np.where(labeled, 0.0, 1.0)
-    weight = moved * expected[pair_row]
     n_bins = contract.edges.size - 1
-    confidence_bin = bin_index(confidence, contract.edges, is_equal_width(contract.edges))
-    columns = {
-        "n_predictions": np.bincount(fine_group, minlength=n_groups)
-        if new
-        else np.zeros(n_groups, np.int64),
-        "n_labeled": np.bincount(fine_group, weights=labeled, minlength=n_groups)
-        .round()
-        .astype(np.int64),
-        "unlabeled": np.bincount(fine_group, weights=weight, minlength=n_groups),
-        "unlabeled_square": np.bincount(
-            fine_group, weights=weight * expected[pair_row], minlength=n_groups
-        ),
-        "confidence_counts": np.bincount(
-            fine_group * n_bins + confidence_bin[pair_row], minlength=n_groups * n_bins
-        )
-        .reshape(n_groups, n_bins)
-        .astype(np.float64)
-        if new
-        else np.zeros((n_groups, n_bins)),
-    }
-    stats = np.zeros((n_groups, layout_of(contract).size))
-    has_stats = columns["n_labeled"] > 0
-    if labeled.any():
-        rows = pair_row[labeled]
-        stats = np.hstack(
-            [
-                pack_groups(
-                    grouped_stats(
-                        contract.spec.task,
-                        inputs[rows],
-                        labels[rows],
-                        contract.edges,
-                        fine_group[labeled],
-                        n_groups,
-                        calibrator=contract.calibrator,
-                        threshold=contract.threshold,
-                    )
-                ),
-                _knot_sums(contract, inputs[rows], labels[rows], fine_group[labeled], n_groups),
-            ]
-        )
-    hour_keys, hour_group = np.unique(
-        np.column_stack([fine_keys[:, 0], fine_keys[:, 1] // per_hour]), axis=0, return_inverse=True
-    )
-    hour_group = hour_group.ravel()
-    order = np.argsort(hour_group, kind="stable")
-    starts = np.flatnonzero(np.r_[True, np.diff(hour_group[order]) != 0])
-
-    def by_hour(values: np.ndarray) -> np.ndarray:
-        return np.add.reduceat(values[order], starts, axis=0)
-
     deltas: dict[BucketKey, BucketDelta] = {}
-    for keys, cols, matrix, mask, resolution, step in (
-        (fine_keys, columns, stats, has_stats, RESOLUTION_FINE, FINE),
-        (
-            hour_keys,
-            {k: by_hour(v) for k, v in columns.items()},
-            by_hour(stats),
-            by_hour(has_stats.astype(np.int64)) > 0,
-            RESOLUTION_HOUR,
-            HOUR,
-        ),
+    for keys, sums, resolution, step in (
+        (fine_keys, fine_sums, RESOLUTION_FINE, FINE),
+        (hour_keys, hour_sums, RESOLUTION_HOUR, HOUR),
     ):
-        for i, (sid, index) in enumerate(keys.tolist()):
-            deltas[(names[sid], resolution, _EPOCH + index * step, contract.id)] = BucketDelta(
-                n_predictions=int(cols["n_predictions"][i]),
-                n_labeled=int(cols["n_labeled"][i]),
-                unlabeled_expected_correct=float(cols["unlabeled"][i]),
-                unlabeled_expected_square=float(cols["unlabeled_square"][i]),
-                confidence_counts=cols["confidence_counts"][i] if new else None,
-                stats=matrix[i] if mask[i] else None,
+        counts = np.rint(sums[:, :2]).astype(np.int64).tolist()
+        unlabeled = sums[:, 2:4].tolist()
+        for i, key in enumerate(keys.tolist()):
+            n_predictions, n_labeled = counts[i]
+            index = key & ((1 << _KEY_SHIFT) - 1)
+            deltas[(names[key >> _KEY_SHIFT], resolution, _EPOCH + index * step, contract.id)] = (
+                BucketDelta(
+                    n_predictions=n_predictions,
+                    n_labeled=n_labeled,
+                    unlabeled_expected_correct=unlabeled[i][0],
+                    unlabeled_expected_square=unlabeled[i][1],
+                    confidence_counts=sums[i, 4 : 4 + n_bins] if new else None,
+                    stats=sums[i, 4 + n_bins :] if n_labeled > 0 else None,
+                )
             )
     return deltas
 

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from service.calibration.calibrators import TemperatureCalibrator, multiclass_probabilities
+from service.calibration.packing import pack
+from service.calibration.refit import multiclass_knot_sums
+from service.calibration.stats import multiclass_stats
 from service.contracts.model import Contract
 from service.stream.bucket_store import BucketDelta
 from service.stream.bucketing import bucket_deltas, epoch_seconds, merge_deltas, stored_inputs
@@ -100,3 +107,92 @@ def test_epoch_seconds_floor_and_stored_inputs_round_trip(contract: Contract) ->
     blobs = [np.array([0.25], "<f8").tobytes(), np.array([0.5], "<f8").tobytes()]
     assert stored_inputs(contract, blobs).tolist() == [0.25, 0.5]
     assert BucketDelta().stats is None
+
+
+def multiclass_contract(n_classes: int = 4) -> Contract:
+    base = binary_contract(edges=tuple(np.linspace(0.0, 1.0, 6)))
+    spec = replace(
+        base.spec,
+        task="multiclass",
+        classes=tuple(f"k{i}" for i in range(n_classes)),
+        calibrator=TemperatureCalibrator(1.7),
+    )
+    return replace(base, spec=spec)
+
+
+SLICE_LISTS = (["all"], ["all", "region=eu"], ["all", "region=us"], ["all", "a=1", "region=eu"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 3 * 3600 - 1),
+            st.sampled_from(range(len(SLICE_LISTS))),
+            st.integers(-1, 3),
+            st.lists(st.floats(-8, 8), min_size=4, max_size=4),
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+    st.booleans(),
+)
+def test_each_bucket_equals_its_rows_computed_alone(rows: list, new: bool) -> None:
+    contract = multiclass_contract()
+    start = int(T0.timestamp())
+    seconds = np.array([start + r[0] for r in rows], dtype=np.int64)
+    slices = [SLICE_LISTS[r[1]] for r in rows]
+    labels = np.array([r[2] for r in rows], dtype=np.int64)
+    inputs = np.array([r[3] for r in rows], dtype=np.float64)
+    got = bucket_deltas(
+        contract, seconds=seconds, slices=slices, inputs=inputs, labels=labels, new=new
+    )
+    expected_keys = set()
+    for i in range(len(rows)):
+        for name in slices[i]:
+            for resolution, step in (("5m", 300), ("1h", 3600)):
+                bucket = datetime.fromtimestamp(seconds[i] // step * step, UTC)
+                expected_keys.add((name, resolution, bucket, contract.id))
+    assert set(got) == expected_keys
+    probs = multiclass_probabilities(contract.calibrator, inputs)
+    top = probs.max(axis=1)
+    for (name, resolution, bucket, _), delta in got.items():
+        step = 300 if resolution == "5m" else 3600
+        mine = np.array(
+            [
+                name in s and t // step * step == bucket.timestamp()
+                for s, t in zip(slices, seconds, strict=True)
+            ]
+        )
+        lab = mine & (labels >= 0)
+        assert delta.n_labeled == lab.sum()
+        assert delta.n_predictions == (mine.sum() if new else 0)
+        unlabeled = (mine & (labels < 0)) if new else lab
+        sign = 1.0 if new else -1.0
+        assert delta.unlabeled_expected_correct == pytest.approx(
+            sign * top[unlabeled].sum(), abs=1e-12
+        )
+        assert delta.unlabeled_expected_square == pytest.approx(
+            sign * (top[unlabeled] ** 2).sum(), abs=1e-12
+        )
+        if new:
+            counts = np.histogram(top[mine], bins=contract.edges)[0]
+            assert delta.confidence_counts.tolist() == counts.tolist()
+        if not lab.any():
+            assert delta.stats is None
+            continue
+        alone = np.hstack(
+            [
+                pack(
+                    multiclass_stats(
+                        inputs[lab],
+                        labels[lab],
+                        contract.edges,
+                        calibrator=contract.calibrator,
+                        classwise=True,
+                    )
+                ),
+                multiclass_knot_sums(inputs[lab], labels[lab], temperature=1.7).ravel(),
+            ]
+        )
+        assert np.allclose(delta.stats, alone, rtol=1e-12, atol=1e-12)
