@@ -8,6 +8,7 @@ Every module that needs a backend-specific statement asks ``backend_of(session)`
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -23,9 +24,27 @@ Insert = PgInsert | SqliteInsert
 #: A staging table's columns, ``(name, PostgreSQL type, SQLite type)``, and its rows.
 Columns = Sequence[tuple[str, str, str]]
 Rows = Iterable[Sequence[Any]]
-#: One label row found with its prediction: ``(id, label, label seconds, joined, contract id,
-#: prediction seconds, slices JSON, inputs)``; the last four are None for a label left waiting.
-LabelRow = tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class RecordedLabels:
+    """The labels one statement inserted, column by column.
+
+    The first seven lists describe the J labels joined to their stored prediction, in one order:
+    ``labels`` are class indices, ``label_seconds`` and ``seconds`` whole seconds since the epoch
+    of the label's and of the prediction's event time, ``slices`` the prediction's stored JSON
+    slice list and ``inputs`` its stored bytes. ``waiting`` holds the ids of the labels inserted
+    without their prediction.
+    """
+
+    ids: list[str]
+    labels: list[int]
+    label_seconds: list[int]
+    contract_ids: list[str]
+    seconds: list[int]
+    slices: list[str]
+    inputs: list[bytes]
+    waiting: list[str]
 
 
 class Backend(Protocol):
@@ -68,9 +87,9 @@ class Backend(Protocol):
         """The ``:model`` buckets of the staged bucket deltas, locked until commit in key order:
         ``(k, row id, confidence_counts, stats)``, one primary-key probe per staged key."""
 
-    def record_staged_labels(self, session: Session, params: Mapping[str, Any]) -> list[LabelRow]:
+    def record_staged_labels(self, session: Session, params: Mapping[str, Any]) -> RecordedLabels:
         """Insert the staged labels new for ``:model`` (joined when their prediction is stored);
-        return a ``LabelRow`` for each label inserted."""
+        return what was inserted."""
 
     def waiting_labels_with_predictions(
         self, session: Session, model: str

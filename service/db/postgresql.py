@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
+import psycopg
 from sqlalchemy import Connection, Select, Table, bindparam, text
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
-from service.db.backend import Columns, LabelRow, Rows
+from service.db.backend import Columns, RecordedLabels, Rows
 from service.db.types import UTCDateTime
 
 _NOW = bindparam("now", type_=UTCDateTime())
@@ -26,14 +27,19 @@ def _epoch(column: str) -> str:
     return f"floor(extract(epoch from {column}))::bigint"
 
 
-def _prediction_by_id(id_sql: str, columns: str) -> str:
+def _prediction_by_id(id_sql: str, columns: str, model: str = ":model") -> str:
     """A subquery for the prediction of ``:model`` whose id is ``id_sql``: one probe of the
     primary key, fenced (``OFFSET 0``) so that a planner with stale statistics cannot turn the
     lateral join into a scan of the whole table."""
-    return f"SELECT {columns} FROM predictions WHERE model = :model AND id = {id_sql} OFFSET 0"
+    return f"SELECT {columns} FROM predictions WHERE model = {model} AND id = {id_sql} OFFSET 0"
 
 
 _FOUND_COLUMNS = "contract_id, ts, slices, inputs"
+
+
+def _psycopg(session: Session) -> psycopg.Connection[Any]:
+    """The psycopg connection under ``session``, in the session's transaction."""
+    return cast("psycopg.Connection[Any]", session.connection().connection.dbapi_connection)
 
 
 class PostgreSQL:
@@ -72,11 +78,9 @@ class PostgreSQL:
         session.execute(
             text(f"CREATE TEMP TABLE IF NOT EXISTS {table} ({ddl}) ON COMMIT DELETE ROWS")
         )
-        dbapi = session.connection().connection.dbapi_connection
-        assert dbapi is not None
         names = ", ".join(name for name, _, _ in columns)
         copy_sql = f"COPY {table} ({names}) FROM STDIN (FORMAT BINARY)"
-        with dbapi.cursor() as cursor, cursor.copy(copy_sql) as copy:  # type: ignore[attr-defined]
+        with _psycopg(session).cursor() as cursor, cursor.copy(copy_sql) as copy:
             copy.set_types([pg for _, pg, _ in columns])
             for row in rows:
                 copy.write_row(row)
@@ -107,18 +111,35 @@ class PostgreSQL:
         ).bindparams(_NOW)
         return set(session.execute(statement, params).scalars())
 
-    def record_staged_labels(self, session: Session, params: Mapping[str, Any]) -> list[LabelRow]:
-        statement = text(
+    def record_staged_labels(self, session: Session, params: Mapping[str, Any]) -> RecordedLabels:
+        """One statement probes each staged label's prediction, inserts the new labels and
+        aggregates what it inserted into one row of arrays, fetched in binary (a row per label
+        would cost the service more to decode than the statement costs the database)."""
+        joined = "FILTER (WHERE contract_id IS NOT NULL)"
+        statement = (
             "WITH found AS (SELECT s.id, s.label, s.ts, p.contract_id, p.ts AS pts,"
             " p.slices, p.inputs FROM stage_labels s LEFT JOIN LATERAL"
-            f" ({_prediction_by_id('s.id', _FOUND_COLUMNS)}) p ON true),"
+            f" ({_prediction_by_id('s.id', _FOUND_COLUMNS, '%(model)s')}) p ON true),"
             " ins AS (INSERT INTO labels (model, id, label, ts, received_at, joined)"
-            " SELECT :model, id, label, ts, :now, contract_id IS NOT NULL FROM found"
+            " SELECT %(model)s, id, label, ts, %(now)s, contract_id IS NOT NULL FROM found"
             " ON CONFLICT (model, id) DO NOTHING RETURNING id)"
-            f" SELECT f.id, f.label, {_epoch('f.ts')}, f.contract_id IS NOT NULL, f.contract_id,"
-            f" {_epoch('f.pts')}, f.slices, f.inputs FROM found f JOIN ins ON ins.id = f.id"
-        ).bindparams(_NOW)
-        return [tuple(r) for r in session.execute(statement, params)]
+            f" SELECT array_agg(f.id) {joined}, array_agg(f.label) {joined},"
+            f" array_agg({_epoch('f.ts')}) {joined}, array_agg(f.contract_id) {joined},"
+            f" array_agg({_epoch('f.pts')}) {joined}, array_agg(f.slices) {joined},"
+            f" array_agg(f.inputs) {joined},"
+            " array_agg(f.id) FILTER (WHERE f.contract_id IS NULL)"
+            " FROM found f JOIN ins ON ins.id = f.id"
+        )
+        with _psycopg(session).cursor(binary=True) as cursor:
+            cursor.execute(statement, dict(params))
+            row = cursor.fetchone()
+        assert row is not None
+        ids, labels, label_seconds, contract_ids, seconds, slices, inputs, waiting = (
+            [] if value is None else value for value in row
+        )
+        return RecordedLabels(
+            ids, labels, label_seconds, contract_ids, seconds, slices, inputs, waiting
+        )
 
     def waiting_labels_with_predictions(
         self, session: Session, model: str

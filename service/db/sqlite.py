@@ -17,7 +17,7 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.orm import Session
 from sqlalchemy.types import TypeEngine
 
-from service.db.backend import Columns, LabelRow, Rows
+from service.db.backend import Columns, RecordedLabels, Rows
 from service.db.types import UTCDateTime
 
 _NOW = bindparam("now", type_=UTCDateTime())
@@ -84,7 +84,7 @@ class SQLite:
         ).bindparams(_NOW)
         return set(session.execute(statement, params).scalars())
 
-    def record_staged_labels(self, session: Session, params: Mapping[str, Any]) -> list[LabelRow]:
+    def record_staged_labels(self, session: Session, params: Mapping[str, Any]) -> RecordedLabels:
         exists = "EXISTS (SELECT 1 FROM predictions p WHERE p.model = :model AND p.id = s.id)"
         inserted = session.execute(
             text(
@@ -95,9 +95,9 @@ class SQLite:
             ).bindparams(_NOW),
             params,
         ).all()
-        fresh = {row[0] for row in inserted}
-        found = {
-            row[0]: tuple(row)
+        joined = {row[0]: int(row[1]) for row in inserted if row[2]}
+        found = [
+            tuple(row)
             for row in session.execute(
                 text(
                     f"SELECT s.id, {_epoch('s.ts')}, p.contract_id, {_epoch('p.ts')}, p.slices,"
@@ -105,13 +105,20 @@ class SQLite:
                     " AND p.id = s.id"
                 ),
                 {"model": params["model"]},
-            )
-            if row[0] in fresh
-        }
-        return [
-            (i, lab, found[i][1], joined, *found[i][2:]) if joined else (i, lab, None, joined)
-            for i, lab, joined in inserted
+            ).all()
+            if row[0] in joined
         ]
+        cols: list[tuple[Any, ...]] = list(zip(*found, strict=True)) if found else [()] * 6
+        return RecordedLabels(
+            ids=list(cols[0]),
+            labels=[joined[i] for i in cols[0]],
+            label_seconds=list(cols[1]),
+            contract_ids=list(cols[2]),
+            seconds=list(cols[3]),
+            slices=list(cols[4]),
+            inputs=[bytes(b) for b in cols[5]],
+            waiting=[row[0] for row in inserted if not row[2]],
+        )
 
     def waiting_labels_with_predictions(
         self, session: Session, model: str

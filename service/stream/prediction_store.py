@@ -102,21 +102,19 @@ def record_labels(
     conflicts, never overwritten).
     """
     staging.load(session, "stage_labels", labels)
-    rows = backend_of(session).record_staged_labels(session, {"model": model, "now": now})
-    joined_rows = [r for r in rows if r[3]]
-    cols: list[tuple[Any, ...]] = list(zip(*joined_rows, strict=True)) if joined_rows else [()] * 8
+    recorded = backend_of(session).record_staged_labels(session, {"model": model, "now": now})
     joined = JoinedLabels(
-        ids=list(cols[0]),
-        contract_ids=list(cols[4]),
-        seconds=np.array(cols[5], dtype=np.int64),
-        label_seconds=np.array(cols[2], dtype=np.int64),
-        slices=list(cols[6]),
-        inputs=[bytes(b) for b in cols[7]],
-        labels=np.array(cols[1], dtype=np.int64),
+        ids=recorded.ids,
+        contract_ids=recorded.contract_ids,
+        seconds=np.array(recorded.seconds, dtype=np.int64),
+        label_seconds=np.array(recorded.label_seconds, dtype=np.int64),
+        slices=recorded.slices,
+        inputs=recorded.inputs,
+        labels=np.array(recorded.labels, dtype=np.int64),
     )
     stored: dict[str, int] = {}
-    if len(rows) < len(labels):
-        fresh_ids = {r[0] for r in rows}
+    if len(recorded.ids) + len(recorded.waiting) < len(labels):
+        fresh_ids = {*recorded.ids, *recorded.waiting}
         stored = {
             row[0]: int(row[1])
             for row in session.execute(
@@ -128,7 +126,7 @@ def record_labels(
             )
             if row[0] not in fresh_ids
         }
-    return joined, sorted(r[0] for r in rows if not r[3]), stored
+    return joined, sorted(recorded.waiting), stored
 
 
 def count_waiting_labels(session: Session, model: str) -> int:
