@@ -243,7 +243,7 @@ class LabelRecord(Base):
 
     __tablename__ = "labels"
     __table_args__ = (
-        Index("ix_labels_model_ts", "model", "ts"),
+        Index("ix_labels_ts", "ts", postgresql_using="brin"),
         Index(
             "ix_labels_waiting",
             "model",

@@ -153,8 +153,9 @@ class PostgreSQL:
         return [tuple(r) for r in session.execute(statement, {"model": model})]
 
     def after_prune(self, connection: Connection, cutoff: datetime) -> None:
-        """Summarise the ranges of the BRIN index on ``predictions(ts)`` not yet summarised."""
-        connection.execute(text("SELECT brin_summarize_new_values('ix_predictions_ts')"))
+        """Summarise the block ranges of the BRIN indexes on ``ts`` not yet summarised."""
+        for index in ("ix_predictions_ts", "ix_labels_ts"):
+            connection.execute(text("SELECT brin_summarize_new_values(CAST(:index AS regclass))"), {"index": index})
 
 
 POSTGRESQL = PostgreSQL()

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql import Executable
 
 from service.db.backend import backend_of
-from service.db.models import LabelRecord, ModelRecord, PredictionRecord, PruneRecord
+from service.db.models import LabelRecord, PredictionRecord, PruneRecord
 
 
 @dataclass(frozen=True)
@@ -33,19 +33,15 @@ def _deleted(session: Session, statement: Executable) -> int:
 def prune_before(session: Session, cutoff: datetime, now: datetime) -> PruneCounts:
     """Delete every prediction and every label with event time before ``cutoff``.
 
-    Predictions go by ``ts`` across all models, through the BRIN index on ``predictions(ts)``
-    (whole block ranges before the cutoff); labels by their own time (when the outcome became
-    known), per model through ``labels(model, ts)``. The deleted rows are dead tuples until
+    Predictions go by ``ts`` and labels by their own time (when the outcome became known), each
+    across all models through the BRIN index on ``ts`` (whole block ranges before the cutoff;
+    a b-tree on SQLite). The deleted rows are dead tuples until
     VACUUM reclaims them. Records the prune, which moves the retention horizon, in the caller's
     transaction.
     """
     predictions = _deleted(session, delete(PredictionRecord).where(PredictionRecord.ts < cutoff))
     backend_of(session).after_prune(session.connection(), cutoff)
-    labels = 0
-    for model in session.scalars(select(ModelRecord.name).order_by(ModelRecord.name)):
-        labels += _deleted(
-            session, delete(LabelRecord).where(LabelRecord.model == model, LabelRecord.ts < cutoff)
-        )
+    labels = _deleted(session, delete(LabelRecord).where(LabelRecord.ts < cutoff))
     counts = PruneCounts(predictions, labels)
     session.add(
         PruneRecord(
