@@ -89,19 +89,19 @@ class PostgreSQL:
     def locked_bucket_rows(
         self, session: Session, params: Mapping[str, Any]
     ) -> list[tuple[Any, ...]]:
-        rows = session.execute(
-            text(
-                "SELECT s.k, CAST(b.ctid AS text), b.confidence_counts, b.stats FROM"
-                " (SELECT * FROM stage_bucket_deltas"
-                "  ORDER BY slice, resolution, bucket_start, contract_id) s"
-                " CROSS JOIN LATERAL (SELECT ctid, confidence_counts, stats"
-                "  FROM calibration_buckets WHERE model = :model AND slice = s.slice"
-                "  AND resolution = s.resolution AND bucket_start = s.bucket_start"
-                "  AND contract_id = s.contract_id FOR UPDATE) b"
-            ),
-            params,
+        """Fetched in binary: the statistics blobs arrive as bytes, not as hex text."""
+        statement = (
+            "SELECT s.k, CAST(b.ctid AS text), b.confidence_counts, b.stats FROM"
+            " (SELECT * FROM stage_bucket_deltas"
+            "  ORDER BY slice, resolution, bucket_start, contract_id) s"
+            " CROSS JOIN LATERAL (SELECT ctid, confidence_counts, stats"
+            "  FROM calibration_buckets WHERE model = %(model)s AND slice = s.slice"
+            "  AND resolution = s.resolution AND bucket_start = s.bucket_start"
+            "  AND contract_id = s.contract_id FOR UPDATE) b"
         )
-        return [tuple(row) for row in rows]
+        with _psycopg(session).cursor(binary=True) as cursor:
+            cursor.execute(statement, dict(params))
+            return cursor.fetchall()
 
     def insert_staged_predictions(self, session: Session, params: Mapping[str, Any]) -> set[str]:
         statement = text(
@@ -155,7 +155,9 @@ class PostgreSQL:
     def after_prune(self, connection: Connection, cutoff: datetime) -> None:
         """Summarise the block ranges of the BRIN indexes on ``ts`` not yet summarised."""
         for index in ("ix_predictions_ts", "ix_labels_ts"):
-            connection.execute(text("SELECT brin_summarize_new_values(CAST(:index AS regclass))"), {"index": index})
+            connection.execute(
+                text("SELECT brin_summarize_new_values(CAST(:index AS regclass))"), {"index": index}
+            )
 
 
 POSTGRESQL = PostgreSQL()
