@@ -69,7 +69,17 @@ def drop_database(base: str, name: str) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def port_in_use() -> bool:
+    try:
+        http.client.HTTPConnection("127.0.0.1", PORT, timeout=1).connect()
+    except OSError:
+        return False
+    return True
+
+
 def start_service(url: str, workers: int) -> subprocess.Popen[bytes]:
+    if port_in_use():
+        raise RuntimeError(f"port {PORT} is taken (another benchmark?); set CALMON_BENCH_PORT")
     env = {
         **os.environ,
         "CALMON_DATABASE_URL": url,
