@@ -24,7 +24,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from service.db.types import BigIntPK, UTCDateTime
+from service.db.types import BigIntPK, UTCDateTime, byte_order_key
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -206,8 +206,8 @@ class PredictionRecord(Base):
     __tablename__ = "predictions"
     __table_args__ = (Index("ix_predictions_ts", "ts", postgresql_using="brin"),)
 
-    model: Mapped[str] = mapped_column(String(200), primary_key=True)
-    id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    model: Mapped[str] = mapped_column(byte_order_key(200), primary_key=True)
+    id: Mapped[str] = mapped_column(byte_order_key(200), primary_key=True)
     ts: Mapped[datetime]
     contract_id: Mapped[str] = mapped_column(String(36))
     cohort: Mapped[dict[str, Any]]
@@ -252,8 +252,8 @@ class LabelRecord(Base):
         ),
     )
 
-    model: Mapped[str] = mapped_column(String(200), primary_key=True)
-    id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    model: Mapped[str] = mapped_column(byte_order_key(200), primary_key=True)
+    id: Mapped[str] = mapped_column(byte_order_key(200), primary_key=True)
     label: Mapped[int] = mapped_column(SmallInteger)
     ts: Mapped[datetime]
     received_at: Mapped[datetime]
@@ -284,11 +284,11 @@ class CalibrationBucket(Base):
     __tablename__ = "calibration_buckets"
     __table_args__ = (CheckConstraint("resolution IN ('5m', '1h')", name="resolution"),)
 
-    model: Mapped[str] = mapped_column(String(200), primary_key=True)
-    slice: Mapped[str] = mapped_column(String(200), primary_key=True)
-    resolution: Mapped[str] = mapped_column(String(2), primary_key=True)
+    model: Mapped[str] = mapped_column(byte_order_key(200), primary_key=True)
+    slice: Mapped[str] = mapped_column(byte_order_key(200), primary_key=True)
+    resolution: Mapped[str] = mapped_column(byte_order_key(2), primary_key=True)
     bucket_start: Mapped[datetime] = mapped_column(primary_key=True)
-    contract_id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    contract_id: Mapped[str] = mapped_column(byte_order_key(36), primary_key=True)
     n_predictions: Mapped[int] = mapped_column(BigInteger, default=0)
     n_labeled: Mapped[int] = mapped_column(BigInteger, default=0)
     unlabeled_expected_correct: Mapped[float] = mapped_column(Float, default=0.0)

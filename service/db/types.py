@@ -5,12 +5,23 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, DateTime, Integer
+from sqlalchemy import BigInteger, DateTime, Integer, String
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
 #: 64-bit keys on PostgreSQL; SQLite only auto-increments a column declared INTEGER.
 BigIntPK = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def byte_order_key(length: int) -> String:
+    """A ``VARCHAR(length)`` key compared byte by byte on both backends.
+
+    PostgreSQL columns take the database's collation unless told otherwise, and every index
+    probe, sort and join on them then goes through the locale's ``strcoll``. The hot tables'
+    keys are only ever compared for equality and walked in order, so they use ``COLLATE "C"``:
+    UTF-8 byte order, which is code point order (Python's ``sorted``) and SQLite's ``BINARY``.
+    """
+    return String(length).with_variant(String(length, collation="C"), "postgresql")
 
 
 class UTCDateTime(TypeDecorator[datetime]):

@@ -96,3 +96,40 @@ def test_hot_tables_carry_their_storage_settings(fresh_empty_url: str) -> None:
         assert compression() == {key: "" for key in lz4_columns}
     finally:
         engine.dispose()
+
+
+@pytest.mark.skipif(BACKEND != "postgresql", reason="collations are PostgreSQL's")
+def test_hot_table_keys_compare_byte_by_byte(fresh_empty_url: str) -> None:
+    """After revision 0012 every primary-key column of text type in the hot tables (and no
+    other column) is ``COLLATE "C"``, as the models declare; its downgrade takes them back."""
+    config = alembic_config(fresh_empty_url)
+    command.upgrade(config, "head")
+    engine = make_engine(fresh_empty_url)
+    tables = ("predictions", "labels", "calibration_buckets")
+
+    def c_collated() -> set[tuple[str, str]]:
+        with engine.connect() as connection:
+            rows = connection.execute(
+                text(
+                    "SELECT c.relname, a.attname FROM pg_attribute a"
+                    " JOIN pg_class c ON c.oid = a.attrelid"
+                    " JOIN pg_collation k ON k.oid = a.attcollation"
+                    " WHERE c.relname = ANY(:tables) AND k.collname = 'C'"
+                ),
+                {"tables": list(tables)},
+            )
+            return {(table, column) for table, column in rows}
+
+    declared = {
+        (table, column.name)
+        for table in tables
+        for column in Base.metadata.tables[table].primary_key.columns
+        if column.type.python_type is str
+    }
+    try:
+        assert c_collated() == declared
+        assert ("labels", "id") in declared and ("calibration_buckets", "slice") in declared
+        command.downgrade(config, "0011")
+        assert c_collated() == set()
+    finally:
+        engine.dispose()
