@@ -82,10 +82,11 @@ class Backend(Protocol):
         inserted."""
 
     def locked_bucket_rows(
-        self, session: Session, params: Mapping[str, Any]
+        self, session: Session, params: Mapping[str, Any], vectors: Sequence[str]
     ) -> list[tuple[Any, ...]]:
         """The ``:model`` buckets of the staged bucket deltas, locked until commit in key order:
-        ``(k, row id, confidence_counts, stats)``, one primary-key probe per staged key."""
+        ``(k, row id, *vectors)`` with the named blob columns, one primary-key probe per staged
+        key."""
 
     def record_staged_labels(self, session: Session, params: Mapping[str, Any]) -> RecordedLabels:
         """Insert the staged labels new for ``:model`` (joined when their prediction is stored);

@@ -87,12 +87,12 @@ class PostgreSQL:
         session.execute(text(f"ANALYZE {table}"))
 
     def locked_bucket_rows(
-        self, session: Session, params: Mapping[str, Any]
+        self, session: Session, params: Mapping[str, Any], vectors: Sequence[str]
     ) -> list[tuple[Any, ...]]:
         """Fetched in binary: the statistics blobs arrive as bytes, not as hex text."""
         statement = (
-            "SELECT s.k, CAST(b.ctid AS text), b.confidence_counts, b.stats FROM"
-            " (SELECT * FROM stage_bucket_deltas"
+            f"SELECT {', '.join(['s.k', 'CAST(b.ctid AS text)', *(f'b.{v}' for v in vectors)])}"
+            " FROM (SELECT * FROM stage_bucket_deltas"
             "  ORDER BY slice, resolution, bucket_start, contract_id) s"
             " CROSS JOIN LATERAL (SELECT ctid, confidence_counts, stats"
             "  FROM calibration_buckets WHERE model = %(model)s AND slice = s.slice"

@@ -63,11 +63,12 @@ class SQLite:
             session.execute(statement, params)
 
     def locked_bucket_rows(
-        self, session: Session, params: Mapping[str, Any]
+        self, session: Session, params: Mapping[str, Any], vectors: Sequence[str]
     ) -> list[tuple[Any, ...]]:
+        columns = ", ".join(["s.k", "b.rowid", *(f"b.{v}" for v in vectors)])
         rows = session.execute(
             text(
-                "SELECT s.k, b.rowid, b.confidence_counts, b.stats FROM stage_bucket_deltas s"
+                f"SELECT {columns} FROM stage_bucket_deltas s"
                 " JOIN calibration_buckets b ON b.model = :model AND b.slice = s.slice"
                 " AND b.resolution = s.resolution AND b.bucket_start = s.bucket_start"
                 " AND b.contract_id = s.contract_id"

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import numpy as np
 from sqlalchemy import and_, delete, func, or_, select, text
@@ -62,10 +61,12 @@ def apply_deltas(session: Session, model: str, deltas: Mapping[BucketKey, Bucket
     """Add ``deltas`` to their buckets, creating missing ones, in four set-based statements.
 
     The deltas are staged (one row each, ``k`` their index in key order); missing buckets are
-    inserted empty; the touched buckets' vectors (``VECTORS``) are read and locked in key order,
-    one primary-key probe each, so concurrent writers cannot deadlock; the sums are formed here
-    and written back with the counters in one ``UPDATE ... FROM`` that finds each row by its
-    physical row id, one new row version per bucket. Neither the statements' size nor their
+    inserted empty; the touched buckets are locked in key order, one primary-key probe each, so
+    concurrent writers cannot deadlock, and the vectors (``VECTORS``) that the deltas change are
+    read with them; the sums are formed here and written back with the counters in one
+    ``UPDATE ... FROM`` that finds each row by its physical row id, one new row version per
+    bucket. A vector no delta changes is neither read nor written (it keeps its stored value,
+    TOAST pointer and all). Neither the statements' size nor their
     cost grows with the number of buckets a model has, only with the number a batch touches.
     """
     if not deltas:
@@ -104,17 +105,20 @@ def apply_deltas(session: Session, model: str, deltas: Mapping[BucketKey, Bucket
         ),
         params,
     )
-    stored = backend.locked_bucket_rows(session, params)
+    changed = tuple(
+        name for name in VECTORS if any(getattr(d, name) is not None for d in deltas.values())
+    )
     vectors = []
-    for k, row_id, *blobs in stored:
+    for k, row_id, *blobs in backend.locked_bucket_rows(session, params, changed):
         delta = deltas[keys[k]]
-        row: list[Any] = [k, row_id]
-        for name, blob in zip(VECTORS, blobs, strict=True):
-            before = _decode(blob)
+        totals: dict[str, bytes | None] = dict.fromkeys(VECTORS)
+        for name, blob in zip(changed, blobs, strict=True):
             added = getattr(delta, name)
-            total = before if added is None else added if before is None else before + added
-            row.append(None if total is None else np.ascontiguousarray(total, "<f8").tobytes())
-        vectors.append(row)
+            if added is not None:
+                before = _decode(blob)
+                total = added if before is None else before + added
+                totals[name] = np.ascontiguousarray(total, "<f8").tobytes()
+        vectors.append([k, row_id, *totals.values()])
     staging.load(session, "stage_bucket_vectors", vectors)
     session.execute(
         text(
@@ -124,7 +128,8 @@ def apply_deltas(session: Session, model: str, deltas: Mapping[BucketKey, Bucket
             " + s.unlabeled_expected_correct,"
             " unlabeled_expected_square = b.unlabeled_expected_square"
             " + s.unlabeled_expected_square,"
-            " confidence_counts = v.confidence_counts, stats = v.stats"
+            " confidence_counts = COALESCE(v.confidence_counts, b.confidence_counts),"
+            " stats = COALESCE(v.stats, b.stats)"
             " FROM stage_bucket_vectors v JOIN stage_bucket_deltas s ON s.k = v.k"
             f" WHERE b.model = :model AND {backend.row_id_match}"
         ),
