@@ -2,7 +2,10 @@
 
     python bench/bench_stream.py [--predictions 10000000] [--days 30] [--batch 10000]
 
-Starts ``calmon serve`` (``--workers`` gunicorn workers) on a fresh PostgreSQL database next to
+Starts ``calmon serve`` (``--workers`` gunicorn workers of ``--threads`` threads; the default of
+one thread runs sync workers, each taking one request at a time, so the two clients' batches
+spread over the two processes: a threaded worker may accept both keep-alive connections and
+serve them on one core) on a fresh PostgreSQL database next to
 ``CALMON_BENCH_DATABASE_URL`` (default ``postgresql://postgres@127.0.0.1:5432/test``), then:
 
 1. early labels: 1% of the labels arrive before their predictions and wait;
@@ -77,7 +80,7 @@ def port_in_use() -> bool:
     return True
 
 
-def start_service(url: str, workers: int) -> subprocess.Popen[bytes]:
+def start_service(url: str, workers: int, threads: int) -> subprocess.Popen[bytes]:
     if port_in_use():
         raise RuntimeError(f"port {PORT} is taken (another benchmark?); set CALMON_BENCH_PORT")
     env = {
@@ -89,7 +92,16 @@ def start_service(url: str, workers: int) -> subprocess.Popen[bytes]:
     calmon = str(Path(sys.executable).parent / "calmon")
     subprocess.run([calmon, "migrate"], env=env, check=True, capture_output=True)
     proc = subprocess.Popen(
-        [calmon, "serve", "--port", str(PORT), "--workers", str(workers)],
+        [
+            calmon,
+            "serve",
+            "--port",
+            str(PORT),
+            "--workers",
+            str(workers),
+            "--threads",
+            str(threads),
+        ],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -393,13 +405,14 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=10_000)
     parser.add_argument("--clients", type=int, default=2)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--ceiling-rows", type=int, default=1_000_000)
     parser.add_argument("--keep", action="store_true", help="keep the benchmark database")
     args = parser.parse_args()
     base = os.environ.get("CALMON_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
     name, url = fresh_database(base)
-    service = start_service(url, args.workers)
+    service = start_service(url, args.workers, args.threads)
     phases: list[tuple[str, Counters]] = []
 
     def measured(label: str, action):  # type: ignore[no-untyped-def]
@@ -512,7 +525,8 @@ def main() -> None:
     print(
         f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, Python"
         f" {platform.python_version()}; {n:,} predictions over {args.days:g} days,"
-        f" batches of {args.batch:,}, {args.workers} workers, {args.clients} clients\n"
+        f" batches of {args.batch:,}, {args.workers} workers of {args.threads} thread(s),"
+        f" {args.clients} clients\n"
         f"server: {settings}\nsize: {sizes}\n"
     )
     rows_text = [
