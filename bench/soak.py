@@ -1,14 +1,15 @@
 """Soak: both streams, readings and scrapes against calmon on PostgreSQL for minutes.
 
-    python bench/soak.py [--seconds 600] [--rate 25000] [--ingesters 2] [--labelers 2]
+    python bench/soak.py [--seconds 600] [--rate 25000] [--ingesters 2] [--labelers 2] [--threads 4]
 
-Starts ``calmon serve`` (2 workers, refresher every 5 s) on a fresh database next to
-``CALMON_BENCH_DATABASE_URL`` and runs, all at once: ingest clients posting batches of 2,000
-predictions (K = 10) paced together at ``--rate`` predictions/s (sending at once when behind), label
-clients posting the labels of every acknowledged batch 3 s later, a reader asking for a cohort's
-reading every 100 ms and a scraper reading /metrics every second. Reports throughput, latency
-percentiles, errors (target 0), the service's memory (RSS of the gunicorn master and workers)
-sampled through the run, and whether the stored counts equal what was acknowledged.
+Starts ``calmon serve`` (2 workers of ``--threads`` threads, refresher every 5 s) on a fresh
+database next to ``CALMON_BENCH_DATABASE_URL`` and runs, all at once: ingest clients posting
+batches of 2,000 predictions (K = 10) paced together at ``--rate`` predictions/s (sending at
+once when behind), label clients posting the labels of every acknowledged batch 3 s later, a
+reader asking for a cohort's reading every 100 ms and a scraper reading /metrics every second.
+Reports throughput, latency percentiles, errors (target 0), the service's memory (RSS of the
+gunicorn master and workers) sampled through the run, and whether the stored counts equal what
+was acknowledged.
 """
 
 from __future__ import annotations
@@ -76,11 +77,14 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=25_000, help="predictions/s, all ingesters")
     parser.add_argument("--ingesters", type=int, default=2)
     parser.add_argument("--labelers", type=int, default=2)
+    parser.add_argument(
+        "--threads", type=int, default=4, help="threads per worker (readers share the workers)"
+    )
     args = parser.parse_args()
     base = os.environ.get("CALMON_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
     name, url = fresh_database(base)
     os.environ["CALMON_REFRESH_SECONDS"] = "5"
-    service = start_service(url, 2)
+    service = start_service(url, 2, args.threads)
     recorder = Recorder()
     stop = threading.Event()
     produced: list[tuple[float, list[str]]] = []
