@@ -94,7 +94,7 @@ class PostgreSQL:
             f"SELECT {', '.join(['s.k', 'CAST(b.ctid AS text)', *(f'b.{v}' for v in vectors)])}"
             " FROM (SELECT * FROM stage_bucket_deltas"
             "  ORDER BY slice, resolution, bucket_start, contract_id) s"
-            " CROSS JOIN LATERAL (SELECT ctid, confidence_counts, stats"
+            f" CROSS JOIN LATERAL (SELECT {', '.join(['ctid', *vectors])}"
             "  FROM calibration_buckets WHERE model = %(model)s AND slice = s.slice"
             "  AND resolution = s.resolution AND bucket_start = s.bucket_start"
             "  AND contract_id = s.contract_id FOR UPDATE) b"

@@ -66,8 +66,8 @@ def apply_deltas(session: Session, model: str, deltas: Mapping[BucketKey, Bucket
     read with them; the sums are formed here and written back with the counters in one
     ``UPDATE ... FROM`` that finds each row by its physical row id, one new row version per
     bucket. A vector no delta changes is neither read nor written (it keeps its stored value,
-    TOAST pointer and all). Neither the statements' size nor their
-    cost grows with the number of buckets a model has, only with the number a batch touches.
+    TOAST pointer and all). Neither the statements' size nor their cost grows with the number
+    of buckets a model has, only with the number a batch touches.
     """
     if not deltas:
         return

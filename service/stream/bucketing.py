@@ -73,9 +73,13 @@ def epoch_seconds(ts: Sequence[datetime]) -> np.ndarray:
     return np.array([(t - _EPOCH) // second for t in ts], dtype=np.int64)
 
 
-#: Row-group keys pack ``combo << _KEY_SHIFT | 5-minute index``; 5-minute indices since the
-#: epoch stay below 2**33 until the year 83,000.
+#: Group keys pack ``high << _KEY_SHIFT | low`` (a slice list or slice above a 5-minute or hour
+#: index since the epoch); 5-minute indices stay below 2**33 until the year 83,000.
 _KEY_SHIFT = 33
+_LOW = (1 << _KEY_SHIFT) - 1
+
+#: The scalar columns of ``_group_columns``, in order, before the confidence counts and stats.
+_COLUMNS = ("n_predictions", "n_labeled", "unlabeled", "unlabeled_square")
 
 
 def _slice_combos(slices: Sequence[Sequence[str]]) -> tuple[list[str], list[list[int]], np.ndarray]:
@@ -152,10 +156,6 @@ def _group_columns(
     return out
 
 
-#: The scalar columns of ``_group_columns``, in order.
-_COLUMNS = ("n_predictions", "n_labeled", "unlabeled", "unlabeled_square")
-
-
 def bucket_deltas(
     contract: Contract,
     *,
@@ -186,7 +186,7 @@ def bucket_deltas(
         contract, inputs, np.asarray(labels), row_group.ravel(), group_keys.size, new
     )
     group_combo = group_keys >> _KEY_SHIFT
-    group_fine = group_keys & ((1 << _KEY_SHIFT) - 1)
+    group_fine = group_keys & _LOW
     sources, slice_ids = [], []
     for combo, ids in enumerate(combo_slices):
         groups = np.flatnonzero(group_combo == combo)
@@ -197,11 +197,10 @@ def bucket_deltas(
     slice_of = np.concatenate(slice_ids)
     fine_keys, fine_sums = _sum_by((slice_of << _KEY_SHIFT) | group_fine[source], columns[source])
     per_hour = HOUR // FINE
-    fine_index = fine_keys & ((1 << _KEY_SHIFT) - 1)
     hour_keys, hour_sums = _sum_by(
-        ((fine_keys >> _KEY_SHIFT) << _KEY_SHIFT) | (fine_index // per_hour), fine_sums
+        (fine_keys & ~_LOW) | ((fine_keys & _LOW) // per_hour), fine_sums
     )
-    n_bins = contract.edges.size - 1
+    stats_start = len(_COLUMNS) + contract.edges.size - 1
     deltas: dict[BucketKey, BucketDelta] = {}
     for keys, sums, resolution, step in (
         (fine_keys, fine_sums, RESOLUTION_FINE, FINE),
@@ -211,15 +210,15 @@ def bucket_deltas(
         unlabeled = sums[:, 2:4].tolist()
         for i, key in enumerate(keys.tolist()):
             n_predictions, n_labeled = counts[i]
-            index = key & ((1 << _KEY_SHIFT) - 1)
+            index = key & _LOW
             deltas[(names[key >> _KEY_SHIFT], resolution, _EPOCH + index * step, contract.id)] = (
                 BucketDelta(
                     n_predictions=n_predictions,
                     n_labeled=n_labeled,
                     unlabeled_expected_correct=unlabeled[i][0],
                     unlabeled_expected_square=unlabeled[i][1],
-                    confidence_counts=sums[i, 4 : 4 + n_bins] if new else None,
-                    stats=sums[i, 4 + n_bins :] if n_labeled > 0 else None,
+                    confidence_counts=sums[i, len(_COLUMNS) : stats_start] if new else None,
+                    stats=sums[i, stats_start:] if n_labeled > 0 else None,
                 )
             )
     return deltas

@@ -35,9 +35,8 @@ def prune_before(session: Session, cutoff: datetime, now: datetime) -> PruneCoun
 
     Predictions go by ``ts`` and labels by their own time (when the outcome became known), each
     across all models through the BRIN index on ``ts`` (whole block ranges before the cutoff;
-    a b-tree on SQLite). The deleted rows are dead tuples until
-    VACUUM reclaims them. Records the prune, which moves the retention horizon, in the caller's
-    transaction.
+    a b-tree on SQLite). The deleted rows are dead tuples until VACUUM reclaims them. Records
+    the prune, which moves the retention horizon, in the caller's transaction.
     """
     predictions = _deleted(session, delete(PredictionRecord).where(PredictionRecord.ts < cutoff))
     backend_of(session).after_prune(session.connection(), cutoff)
