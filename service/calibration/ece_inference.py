@@ -132,6 +132,22 @@ def infer_ece_many(
     return _Evidence(n, c, k).infer(1.0 - level)
 
 
+def _occupied_first(
+    n: FloatArray, c: FloatArray, k: FloatArray
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """The tables cut to as many bins as the fullest one occupies: each row's occupied bins
+    first, in their order, then empty ones (n = c = k = 0). An empty bin weighs nothing in any
+    world, so every table's evidence is unchanged; sparse tables (short windows, a history's
+    steps) cost the inference only the bins they use."""
+    occupied = n > 0
+    width = max(int(occupied.sum(axis=1).max()), 1)
+    if width == n.shape[1]:
+        return n, c, k
+    order = np.argsort(~occupied, axis=1, kind="stable")[:, :width]
+    pick = lambda table: np.take_along_axis(table, order, axis=1)  # noqa: E731
+    return pick(n), pick(c), pick(k)
+
+
 def _one_table(values: Any) -> FloatArray:
     array = np.asarray(values, dtype=np.float64)
     if array.ndim != 1:
@@ -168,6 +184,8 @@ class _Evidence:
 
     def __init__(self, n: FloatArray, c: FloatArray, k: FloatArray) -> None:
         self.S = n.shape[0]
+        self.has_empty_bin = (n == 0).any(axis=1)
+        n, c, k = _occupied_first(n, c, k)
         occupied = n > 0
         safe = np.where(occupied, n, 1.0)
         a = np.where(occupied, k / safe, 0.0)
@@ -254,7 +272,10 @@ class _Problems:
         self.t_max = np.where(
             self.shrunk,
             (np.abs(d) / self.noise).max(axis=1),
-            (np.maximum(self.c, 1.0 - self.c) / self.noise).max(axis=1),
+            np.maximum(
+                (np.maximum(self.c, 1.0 - self.c) / self.noise).max(axis=1),
+                np.where(stack(e.has_empty_bin), 1.0, 0.0),
+            ),
         )
         observed = stack(e.ece)
         everything = np.arange(3 * e.S)

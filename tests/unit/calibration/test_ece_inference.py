@@ -192,3 +192,28 @@ def test_many_tables_at_once_equal_one_at_a_time():
     for i in (0, 1, 2, 4, 5, 6, 7):
         one = infer_ece(counts[i], sums[i], hits[i])
         assert abs(many.upper[i] - one.upper) < 1e-12 and abs(many.lower[i] - one.lower) < 1e-12
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    occupancy=st.lists(st.integers(0, 15), min_size=2, max_size=6),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_sparse_tables_beside_full_ones_read_as_they_do_alone(occupancy, seed):
+    """Tables that use few of their bins are cut to the bins the fullest table in the batch
+    occupies; each must still read as it does alone (its empty bins weigh nothing)."""
+    rng = np.random.default_rng(seed)
+    counts = np.zeros((len(occupancy), 15))
+    for row, used in enumerate(occupancy):
+        counts[row, rng.choice(15, size=used, replace=False)] = rng.integers(1, 400, size=used)
+    confidence = np.round(rng.uniform(0.05, 0.95, counts.shape), 4)
+    sums = confidence * counts
+    hits = rng.binomial(counts.astype(np.int64), np.clip(confidence + 0.1, 0.0, 1.0)).astype(float)
+    many = infer_ece_many(counts, sums, hits)
+    for row, used in enumerate(occupancy):
+        one = infer_ece(counts[row], sums[row], hits[row])
+        if not used:
+            assert math.isnan(many.ece[row]) and math.isnan(one.ece)
+            continue
+        for field in ("ece", "debiased", "lower", "upper", "gap", "p_value"):
+            assert getattr(many, field)[row] == pytest.approx(getattr(one, field), abs=1e-9), field
