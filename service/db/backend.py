@@ -24,6 +24,8 @@ Insert = PgInsert | SqliteInsert
 #: A staging table's columns, ``(name, PostgreSQL type, SQLite type)``, and its rows.
 Columns = Sequence[tuple[str, str, str]]
 Rows = Iterable[Sequence[Any]]
+#: A ``SELECT`` of any columns.
+AnySelect = Select[*tuple[Any, ...]]
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,10 @@ class Backend(Protocol):
     def insert_staged_predictions(self, session: Session, params: Mapping[str, Any]) -> set[str]:
         """Insert the staged predictions whose ids are new for ``:model``; return the ids
         inserted."""
+
+    def fetch_rows(self, session: Session, statement: AnySelect) -> list[tuple[Any, ...]]:
+        """Every row of ``statement`` as a plain tuple: binary columns as ``bytes``, timestamps
+        as aware datetimes, without a per-row ORM result object (for wide reads of many rows)."""
 
     def locked_bucket_rows(
         self, session: Session, params: Mapping[str, Any], vectors: Sequence[str]

@@ -17,7 +17,7 @@ from sqlalchemy import Connection, Select, Table, bindparam, text
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
-from service.db.backend import Columns, RecordedLabels, Rows
+from service.db.backend import AnySelect, Columns, RecordedLabels, Rows
 from service.db.types import UTCDateTime
 
 _NOW = bindparam("now", type_=UTCDateTime())
@@ -85,6 +85,14 @@ class PostgreSQL:
             for row in rows:
                 copy.write_row(row)
         session.execute(text(f"ANALYZE {table}"))
+
+    def fetch_rows(self, session: Session, statement: AnySelect) -> list[tuple[Any, ...]]:
+        """Fetched in binary: a ``bytea`` arrives as bytes rather than hex text to decode, a
+        number or timestamp in its wire form; timestamps in the connection's time zone."""
+        compiled = statement.compile(dialect=session.get_bind().dialect)
+        with _psycopg(session).cursor(binary=True) as cursor:
+            cursor.execute(str(compiled), compiled.params)
+            return cursor.fetchall()
 
     def locked_bucket_rows(
         self, session: Session, params: Mapping[str, Any], vectors: Sequence[str]

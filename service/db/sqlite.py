@@ -17,7 +17,7 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.orm import Session
 from sqlalchemy.types import TypeEngine
 
-from service.db.backend import Columns, RecordedLabels, Rows
+from service.db.backend import AnySelect, Columns, RecordedLabels, Rows
 from service.db.types import UTCDateTime
 
 _NOW = bindparam("now", type_=UTCDateTime())
@@ -49,6 +49,9 @@ class SQLite:
 
     def epoch_seconds(self, column: str) -> str:
         return _epoch(column)
+
+    def fetch_rows(self, session: Session, statement: AnySelect) -> list[tuple[Any, ...]]:
+        return [tuple(row) for row in session.execute(statement)]
 
     def load_staging(self, session: Session, table: str, columns: Columns, rows: Rows) -> None:
         ddl = ", ".join(f"{name} {lite}" for name, _, lite in columns)

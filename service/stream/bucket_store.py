@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 import numpy as np
 from sqlalchemy import and_, delete, func, or_, select, text
@@ -151,30 +151,37 @@ def window_totals(
             for res, start, end in tiling
         )
     )
-    rows = session.execute(
-        select(
-            CalibrationBucket.bucket_start,
-            CalibrationBucket.contract_id,
-            CalibrationBucket.n_predictions,
-            CalibrationBucket.n_labeled,
-            CalibrationBucket.unlabeled_expected_correct,
-            CalibrationBucket.unlabeled_expected_square,
-            CalibrationBucket.confidence_counts,
-            CalibrationBucket.stats,
-        ).where(CalibrationBucket.model == model, CalibrationBucket.slice == slice_, ranges)
-    )
+    statement = select(
+        CalibrationBucket.bucket_start,
+        CalibrationBucket.contract_id,
+        CalibrationBucket.n_predictions,
+        CalibrationBucket.n_labeled,
+        CalibrationBucket.unlabeled_expected_correct,
+        CalibrationBucket.unlabeled_expected_square,
+        CalibrationBucket.confidence_counts,
+        CalibrationBucket.stats,
+    ).where(CalibrationBucket.model == model, CalibrationBucket.slice == slice_, ranges)
     return [
         BucketTotals(
-            r.bucket_start,
-            r.contract_id,
-            int(r.n_predictions),
-            int(r.n_labeled),
-            float(r.unlabeled_expected_correct),
-            float(r.unlabeled_expected_square),
-            _decode(r.confidence_counts),
-            _decode(r.stats),
+            start.astimezone(UTC),
+            contract_id,
+            int(n_predictions),
+            int(n_labeled),
+            float(expected_correct),
+            float(expected_square),
+            _decode(counts),
+            _decode(stats),
         )
-        for r in rows
+        for (
+            start,
+            contract_id,
+            n_predictions,
+            n_labeled,
+            expected_correct,
+            expected_square,
+            counts,
+            stats,
+        ) in backend_of(session).fetch_rows(session, statement)
     ]
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy.orm import Session
 
-from service.calibration.series import SeriesReadings, series_readings
+from service.calibration.series import series_readings
 from service.common.errors import ErrorDetail, NotFound, ValidationFailed
 from service.common.values import format_timestamp
 from service.contracts import store as contracts_store
@@ -232,50 +232,91 @@ def _points(
     groups: list[list[bucket_store.BucketTotals]],
 ) -> list[HistoryPoint]:
     layout = layout_of(contract)
-    vectors = np.zeros((len(groups), layout.size))
-    counts = np.zeros((len(groups), len(contract.spec.bin_edges) - 1))
-    predictions = np.zeros(len(groups), dtype=np.int64)
-    for g, buckets in enumerate(groups):
-        for b in buckets:
-            predictions[g] += b.n_predictions
-            if b.stats is not None:
-                vectors[g] += b.stats
-            if b.confidence_counts is not None:
-                counts[g] += b.confidence_counts
-    series = series_readings(layout, vectors, counts, contract.baseline_reading(), contract.policy)
+    n_bins = len(contract.spec.bin_edges) - 1
+    owner = np.repeat(np.arange(len(groups)), [len(buckets) for buckets in groups])
+    buckets = [b for group in groups for b in group]
+    vectors = _summed(owner, len(groups), [b.stats for b in buckets], layout.size)
+    counts = _summed(owner, len(groups), [b.confidence_counts for b in buckets], n_bins)
+    predictions = np.bincount(
+        owner, weights=[b.n_predictions for b in buckets], minlength=len(groups)
+    ).astype(np.int64)
+    s = series_readings(layout, vectors, counts, contract.baseline_reading(), contract.policy)
+    inference, refit = s.inference, s.refit
+    columns = zip(
+        indices,
+        predictions.tolist(),
+        s.labeled.tolist(),
+        _numbers(s.ece),
+        _numbers(inference.debiased),
+        inference.lower.tolist(),
+        inference.upper.tolist(),
+        _numbers(s.nll),
+        _numbers(s.brier),
+        _numbers(s.accuracy),
+        refit.temperature.tolist(),
+        refit.lower.tolist(),
+        refit.upper.tolist(),
+        _numbers(s.confidence_psi),
+        _numbers(s.confidence_psi_no_shift),
+        refit.found.tolist(),
+        s.status.tolist(),
+        strict=True,
+    )
     return [
-        _point(series, g, first + i * step, contract.version, int(predictions[g]))
-        for g, i in enumerate(indices)
+        HistoryPoint(
+            start=first + i * step,
+            contract_version=contract.version,
+            n_predictions=n_predictions,
+            n_labeled=labeled,
+            ece=ece,
+            ece_debiased=debiased,
+            ece_ci=(lower, upper) if labeled else None,
+            nll=nll,
+            brier=brier,
+            accuracy=accuracy,
+            refit_temperature=temperature if found else None,
+            refit_temperature_ci=(t_lower, t_upper) if found else None,
+            confidence_psi=psi,
+            confidence_psi_no_shift=psi_no_shift,
+            status=str(status),
+        )
+        for (
+            i,
+            n_predictions,
+            labeled,
+            ece,
+            debiased,
+            lower,
+            upper,
+            nll,
+            brier,
+            accuracy,
+            temperature,
+            t_lower,
+            t_upper,
+            psi,
+            psi_no_shift,
+            found,
+            status,
+        ) in columns
     ]
 
 
-def _number(value: float) -> float | None:
-    return float(value) if math.isfinite(value) else None
+def _summed(
+    owner: np.ndarray, n_groups: int, vectors: list[np.ndarray | None], size: int
+) -> np.ndarray:
+    """(G, size) sums of ``vectors`` by their group ``owner`` (None counts as zeros)."""
+    total = np.zeros((n_groups, size))
+    present = [(i, v) for i, v in enumerate(vectors) if v is not None]
+    if present:
+        rows, stored = zip(*present, strict=True)
+        np.add.at(total, owner[list(rows)], np.stack(stored))
+    return total
 
 
-def _point(
-    s: SeriesReadings, g: int, start: datetime, version: int, n_predictions: int
-) -> HistoryPoint:
-    labeled = int(s.labeled[g])
-    inference = s.inference
-    refit = s.refit[g]
-    return HistoryPoint(
-        start=start,
-        contract_version=version,
-        n_predictions=n_predictions,
-        n_labeled=labeled,
-        ece=_number(s.ece[g]),
-        ece_debiased=_number(inference.debiased[g]),
-        ece_ci=(float(inference.lower[g]), float(inference.upper[g])) if labeled else None,
-        nll=_number(s.nll[g]),
-        brier=_number(s.brier[g]),
-        accuracy=_number(s.accuracy[g]),
-        refit_temperature=None if refit is None else refit.temperature,
-        refit_temperature_ci=None if refit is None else refit.temperature_ci,
-        confidence_psi=_number(s.confidence_psi[g]),
-        confidence_psi_no_shift=_number(s.confidence_psi_no_shift[g]),
-        status=str(s.status[g]),
-    )
+def _numbers(values: np.ndarray) -> list[float | None]:
+    """JSON numbers: floats, None where not finite."""
+    return [v if math.isfinite(v) else None for v in values.tolist()]
 
 
 def _empty_point(start: datetime) -> HistoryPoint:

@@ -8,6 +8,7 @@ from collections.abc import Collection
 from dataclasses import asdict
 from datetime import datetime, timedelta
 
+import orjson
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from service.auth.tokens import Permission
@@ -144,7 +145,7 @@ def history(model: str) -> Response:
     slice_, start, end, step = history_range(now)
     found = histories.model_history(db_session(), model, slice_, start, end, step, now)
     if fmt == "json":
-        return jsonify(found.to_dict())
+        return Response(orjson.dumps(found.to_dict()), mimetype="application/json")
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(histories.CSV_COLUMNS)
