@@ -305,12 +305,17 @@ def _points(
 def _summed(
     owner: np.ndarray, n_groups: int, vectors: list[np.ndarray | None], size: int
 ) -> np.ndarray:
-    """(G, size) sums of ``vectors`` by their group ``owner`` (None counts as zeros)."""
+    """(G, size) sums of ``vectors`` by their group ``owner``, ascending (None counts as zeros)."""
     total = np.zeros((n_groups, size))
     present = [(i, v) for i, v in enumerate(vectors) if v is not None]
     if present:
         rows, stored = zip(*present, strict=True)
-        np.add.at(total, owner[list(rows)], np.stack(stored))
+        owners, matrix = owner[list(rows)], np.stack(stored)
+        _, starts, sizes = np.unique(owners, return_index=True, return_counts=True)
+        rank = np.arange(owners.size) - np.repeat(starts, sizes)
+        for r in range(int(sizes.max())):
+            layer = rank == r
+            total[owners[layer]] += matrix[layer]
     return total
 
 
