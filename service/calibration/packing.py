@@ -8,7 +8,7 @@ from the contract the statistics belong to.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -86,6 +86,27 @@ def pack(stats: CalibrationStats) -> np.ndarray:
         if value is not None:
             parts.append(np.asarray(value, dtype=np.float64).ravel())
     return np.concatenate(parts)
+
+
+def without_classwise(layout: StatsLayout) -> tuple[StatsLayout, np.ndarray]:
+    """``layout`` without its class-wise tables, and the (L',) columns of a packed vector of
+    ``layout`` that form the packed vector of the smaller layout (readings that need no
+    class-wise reliability sum fewer columns)."""
+    smaller = replace(layout, classwise=False)
+    full, kept = layout.empty(), smaller.empty()
+    columns: list[np.ndarray] = [np.arange(len(_SCALARS))]
+    offset = len(_SCALARS)
+    for name in _ARRAYS:
+        value = getattr(full, name)
+        if value is None:
+            continue
+        size = int(np.size(value))
+        if getattr(kept, name) is not None:
+            columns.append(np.arange(offset, offset + size))
+        offset += size
+    if layout.refit:
+        columns.append(np.arange(offset, offset + 3 * N_KNOTS))
+    return smaller, np.concatenate(columns)
 
 
 def unpack_knots(vector: np.ndarray, layout: StatsLayout) -> np.ndarray:

@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 from sqlalchemy.orm import Session
 
+from service.calibration.packing import without_classwise
 from service.calibration.series import series_readings
-from service.common.errors import ErrorDetail, NotFound, ValidationFailed
+from service.common.errors import ErrorDetail, ValidationFailed
 from service.common.values import format_timestamp
 from service.contracts import store as contracts_store
 from service.contracts.model import Contract
@@ -184,14 +185,13 @@ def model_history(
     now: datetime,
 ) -> History:
     """The slice's reading per step over ``[start, end)`` (widened to whole steps)."""
-    if not contracts_store.model_exists(session, model):
-        raise NotFound(f"unknown model {model!r}")
+    current = current_contract(session, model, now)
     first, last, resolution = steps_of(start, end, step)
     n_steps = (last - first) // step
     rows = bucket_store.window_totals(session, model, slice_, [(resolution, first, last)])
-    contracts = {
-        cid: contracts_store.get_contract(session, cid) for cid in {r.contract_id for r in rows}
-    }
+    contracts: dict[str, Contract | None] = {current.id: current}
+    for cid in {r.contract_id for r in rows} - {current.id}:
+        contracts[cid] = contracts_store.get_contract(session, cid)
     by_step: dict[int, dict[str, list[bucket_store.BucketTotals]]] = defaultdict(
         lambda: defaultdict(list)
     )
@@ -215,7 +215,7 @@ def model_history(
         start=first,
         end=last,
         step=step,
-        contract=current_contract(session, model, now),
+        contract=current,
         points=tuple(ordered),
     )
 
@@ -231,18 +231,18 @@ def _points(
     indices: list[int],
     groups: list[list[bucket_store.BucketTotals]],
 ) -> list[HistoryPoint]:
-    layout = layout_of(contract)
+    layout, columns = without_classwise(layout_of(contract))
     n_bins = len(contract.spec.bin_edges) - 1
     owner = np.repeat(np.arange(len(groups)), [len(buckets) for buckets in groups])
     buckets = [b for group in groups for b in group]
-    vectors = _summed(owner, len(groups), [b.stats for b in buckets], layout.size)
-    counts = _summed(owner, len(groups), [b.confidence_counts for b in buckets], n_bins)
+    vectors = _summed(owner, len(groups), [b.stats for b in buckets], columns)
+    counts = _summed(owner, len(groups), [b.confidence_counts for b in buckets], np.arange(n_bins))
     predictions = np.bincount(
         owner, weights=[b.n_predictions for b in buckets], minlength=len(groups)
     ).astype(np.int64)
     s = series_readings(layout, vectors, counts, contract.baseline_reading(), contract.policy)
     inference, refit = s.inference, s.refit
-    columns = zip(
+    per_point = zip(
         indices,
         predictions.tolist(),
         s.labeled.tolist(),
@@ -298,19 +298,20 @@ def _points(
             psi_no_shift,
             found,
             status,
-        ) in columns
+        ) in per_point
     ]
 
 
 def _summed(
-    owner: np.ndarray, n_groups: int, vectors: list[np.ndarray | None], size: int
+    owner: np.ndarray, n_groups: int, vectors: list[np.ndarray | None], columns: np.ndarray
 ) -> np.ndarray:
-    """(G, size) sums of ``vectors`` by their group ``owner``, ascending (None counts as zeros)."""
-    total = np.zeros((n_groups, size))
+    """(G, C) sums of the ``columns`` of ``vectors`` by their group ``owner`` (ascending), each
+    group's in order; None counts as zeros."""
+    total = np.zeros((n_groups, columns.size))
     present = [(i, v) for i, v in enumerate(vectors) if v is not None]
     if present:
         rows, stored = zip(*present, strict=True)
-        owners, matrix = owner[list(rows)], np.stack(stored)
+        owners, matrix = owner[list(rows)], np.stack(stored)[:, columns]
         _, starts, sizes = np.unique(owners, return_index=True, return_counts=True)
         rank = np.arange(owners.size) - np.repeat(starts, sizes)
         for r in range(int(sizes.max())):

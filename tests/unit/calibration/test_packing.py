@@ -14,7 +14,7 @@ from service.calibration import (
     default_edges,
     multiclass_stats,
 )
-from service.calibration.packing import StatsLayout, pack, pack_groups, unpack
+from service.calibration.packing import StatsLayout, pack, pack_groups, unpack, without_classwise
 from service.calibration.stats import grouped_stats
 
 RNG = np.random.default_rng(21)
@@ -29,6 +29,19 @@ def test_multiclass_vectors_add(classwise):
     layout = StatsLayout("multiclass", tuple(edges.tolist()), 3, classwise=classwise)
     assert pack(a).shape == (layout.size,)
     assert unpack(pack(a) + pack(b), layout).to_dict() == (a + b).to_dict()
+
+
+@pytest.mark.parametrize("refit", [True, False])
+def test_the_columns_without_classwise_tables_pack_the_smaller_layout(refit):
+    z, y = RNG.normal(size=(50, 4)), RNG.integers(0, 4, 50)
+    edges = default_edges(6)
+    layout = StatsLayout("multiclass", tuple(edges.tolist()), 4, refit=refit)
+    knots = np.arange(float(layout.size - layout.stats_size))
+    full = np.concatenate([pack(multiclass_stats(z, y, edges, classwise=True)), knots])
+    smaller, columns = without_classwise(layout)
+    alone = np.concatenate([pack(multiclass_stats(z, y, edges, classwise=False)), knots])
+    assert not smaller.classwise and columns.shape == (smaller.size,)
+    assert np.array_equal(full[columns], alone)
 
 
 def test_binary_vectors_add():
