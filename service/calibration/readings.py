@@ -12,6 +12,7 @@ A reading of zero rows has NaN metrics (``None`` in ``to_dict``) and no bins.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -265,10 +266,13 @@ def _bin_from_dict(d: Any, field: str) -> ReliabilityBin:
     )
 
 
+@functools.lru_cache(maxsize=1024)
 def bins_inference(bins: tuple[ReliabilityBin, ...]) -> EceInference:
     """Infer the true binned ECE from a reading's listed bins (counts, means, frequencies).
 
     Each bin's successes are ``round(accuracy * n)``, exact for a frequency written as k / n.
+    Memoised (the bins are immutable): a contract's baseline, against which every reading and
+    every history step is judged, is inferred once per process, not once per request.
     """
     counts = np.array([b.n for b in bins], dtype=np.float64)
     return infer_ece(
