@@ -13,14 +13,11 @@ from datetime import datetime
 from typing import Any, cast
 
 import psycopg
-from sqlalchemy import Connection, Select, Table, bindparam, text
+from sqlalchemy import Connection, Select, Table, text
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
 from service.db.backend import AnySelect, Columns, RecordedLabels, Rows
-from service.db.types import UTCDateTime
-
-_NOW = bindparam("now", type_=UTCDateTime())
 
 
 def _epoch(column: str) -> str:
@@ -112,12 +109,18 @@ class PostgreSQL:
             return cursor.fetchall()
 
     def insert_staged_predictions(self, session: Session, params: Mapping[str, Any]) -> set[str]:
-        statement = text(
-            "INSERT INTO predictions (model, id, ts, contract_id, cohort, slices, inputs,"
-            " received_at) SELECT :model, id, ts, :contract_id, cohort::json, slices, inputs,"
-            " :now FROM stage_predictions ON CONFLICT (model, id) DO NOTHING RETURNING id"
-        ).bindparams(_NOW)
-        return set(session.execute(statement, params).scalars())
+        """The inserted ids come back as one array, fetched in binary (a row per id would cost
+        the service more to fetch than the database to return)."""
+        statement = (
+            "WITH inserted AS (INSERT INTO predictions (model, id, ts, contract_id, cohort, slices,"
+            " inputs, received_at) SELECT %(model)s, id, ts, %(contract_id)s, cohort::json, slices,"
+            " inputs, %(now)s FROM stage_predictions ON CONFLICT (model, id) DO NOTHING"
+            " RETURNING id) SELECT array_agg(id) FROM inserted"
+        )
+        with _psycopg(session).cursor(binary=True) as cursor:
+            cursor.execute(statement, dict(params))
+            row = cursor.fetchone()
+        return set() if row is None or row[0] is None else set(row[0])
 
     def record_staged_labels(self, session: Session, params: Mapping[str, Any]) -> RecordedLabels:
         """One statement probes each staged label's prediction, inserts the new labels and
