@@ -4,7 +4,9 @@
 
 The settings are the ones ``calmon serve`` uses (``service.server.gunicorn_settings``: gthread
 workers, 30 s graceful shutdown on SIGTERM, the Prometheus multiprocess directory wiped and
-prepared in ``on_starting``, dead workers marked in ``child_exit``), read from the environment:
+prepared in ``on_starting``, each worker's start-up heap frozen out of the garbage collector's
+full passes in ``post_worker_init``, dead workers marked in ``child_exit``), read from the
+environment:
 
     CALMON_BIND               host:port to listen on (default 127.0.0.1:8000; the image sets
                               0.0.0.0:8000)
@@ -18,5 +20,6 @@ Command-line options given to gunicorn after ``-c`` still override these.
 from service.server import gunicorn_settings_from_env
 
 # gunicorn reads this file's module-level names that match its settings (bind, workers,
-# worker_class, threads, graceful_timeout, timeout, accesslog, on_starting, child_exit).
+# worker_class, threads, graceful_timeout, timeout, accesslog, on_starting, post_worker_init,
+# child_exit).
 globals().update(gunicorn_settings_from_env())

@@ -8,6 +8,7 @@ workers and threads from the environment, and the multiprocess metrics wiring th
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
@@ -75,7 +76,17 @@ def test_defaults_are_those_of_calmon_serve(monkeypatch: pytest.MonkeyPatch) -> 
     assert expected["worker_class"] == "gthread"
     assert expected["graceful_timeout"] == server.GRACEFUL_TIMEOUT_SECONDS
     assert expected["on_starting"] is server.on_starting
+    assert expected["post_worker_init"] is server.post_worker_init
     assert expected["child_exit"] is server.child_exit
+
+
+def test_a_worker_freezes_its_start_up_heap() -> None:
+    gc.unfreeze()
+    try:
+        server.post_worker_init(None)
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
 
 
 def test_bind_workers_and_threads_come_from_the_environment(
