@@ -45,6 +45,23 @@ def _configure_sqlite(engine: Engine) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
+def _configure_postgresql(engine: Engine) -> None:
+    """Turn off PostgreSQL's JIT compilation on every connection (``jit = off``).
+
+    calmon's statements each take milliseconds, but the planner's cost estimates for a batch's
+    staged joins can cross ``jit_above_cost`` and the inlining and optimisation thresholds: a
+    label join of 10,000 labels then ran in 262 ms with JIT and in 78 ms without. A
+    transaction-mode pooler that drops session settings needs ``ALTER ROLE ... SET jit = off``
+    instead (docs/operations.md).
+    """
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        with dbapi_connection.cursor() as cursor:
+            cursor.execute("SET jit = off")
+        dbapi_connection.commit()
+
+
 def make_engine(url: str, **kwargs: Any) -> Engine:
     """Create an engine for ``url`` (SQLite file or PostgreSQL), creating a SQLite file's folder."""
     url = _normalise_url(url)
@@ -58,7 +75,9 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     kwargs.setdefault("pool_pre_ping", True)
     kwargs.setdefault("pool_size", 5)
     kwargs.setdefault("max_overflow", 10)
-    return create_engine(url, **kwargs)
+    engine = create_engine(url, **kwargs)
+    _configure_postgresql(engine)
+    return engine
 
 
 class Database:
