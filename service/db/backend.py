@@ -75,9 +75,11 @@ class Backend(Protocol):
     def epoch_seconds(self, column: str) -> str:
         """SQL for a timestamp column as whole seconds since the epoch (floor)."""
 
-    def load_staging(self, session: Session, table: str, columns: Columns, rows: Rows) -> None:
+    def load_staging(
+        self, session: Session, table: str, columns: Columns, rows: Rows, keys: Sequence[str]
+    ) -> None:
         """Fill the per-connection temporary ``table`` with ``rows``, emptied first or at every
-        commit."""
+        commit; ``keys`` name the columns the statements on it join or filter on."""
 
     def insert_staged_predictions(self, session: Session, params: Mapping[str, Any]) -> set[str]:
         """Insert the staged predictions whose ids are new for ``:model``; return the ids

@@ -33,6 +33,9 @@ def _prediction_by_id(id_sql: str, columns: str, model: str = ":model") -> str:
 
 _FOUND_COLUMNS = "contract_id, ts, slices, inputs"
 
+#: What a staging table's column of each type is declared with beyond its type.
+_STAGED_STORAGE = {"text": ' COLLATE "C"', "bytea": " COMPRESSION lz4"}
+
 
 def _psycopg(session: Session) -> psycopg.Connection[Any]:
     """The psycopg connection under ``session``, in the session's transaction."""
@@ -62,16 +65,18 @@ class PostgreSQL:
     def epoch_seconds(self, column: str) -> str:
         return _epoch(column)
 
-    def load_staging(self, session: Session, table: str, columns: Columns, rows: Rows) -> None:
-        """Binary ``COPY`` into a temporary table emptied at every commit, then ``ANALYZE`` it so
-        the planner joins it to the big tables through their primary-key indexes. Binary columns
-        are compressed with ``lz4`` (bucket statistics of a few KB each would otherwise pass
-        through ``pglz``, several times slower, on every load; the bucket table keeps the
+    def load_staging(
+        self, session: Session, table: str, columns: Columns, rows: Rows, keys: Sequence[str]
+    ) -> None:
+        """Binary ``COPY`` into a temporary table emptied at every commit, then ``ANALYZE`` its
+        ``keys`` so the planner joins it to the big tables through their primary-key indexes.
+
+        Text columns compare byte by byte (``COLLATE "C"``, as the hot tables' keys do): the
+        sort behind ``ANALYZE`` then costs half as much as under the database's locale. Binary
+        columns are compressed with ``lz4`` (bucket statistics of a few KB each would otherwise
+        pass through ``pglz``, several times slower, on every load; the bucket table keeps the
         ``lz4`` datum as it is)."""
-        ddl = ", ".join(
-            f"{name} {pg}" + (" COMPRESSION lz4" if pg == "bytea" else "")
-            for name, pg, _ in columns
-        )
+        ddl = ", ".join(f"{name} {pg}{_STAGED_STORAGE.get(pg, '')}" for name, pg, _ in columns)
         session.execute(
             text(f"CREATE TEMP TABLE IF NOT EXISTS {table} ({ddl}) ON COMMIT DELETE ROWS")
         )
@@ -81,7 +86,7 @@ class PostgreSQL:
             copy.set_types([pg for _, pg, _ in columns])
             for row in rows:
                 copy.write_row(row)
-        session.execute(text(f"ANALYZE {table}"))
+        session.execute(text(f"ANALYZE {table} ({', '.join(keys)})"))
 
     def fetch_rows(self, session: Session, statement: AnySelect) -> list[tuple[Any, ...]]:
         """Fetched in binary: a ``bytea`` arrives as bytes rather than hex text to decode, a

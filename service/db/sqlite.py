@@ -53,7 +53,9 @@ class SQLite:
     def fetch_rows(self, session: Session, statement: AnySelect) -> list[tuple[Any, ...]]:
         return [tuple(row) for row in session.execute(statement)]
 
-    def load_staging(self, session: Session, table: str, columns: Columns, rows: Rows) -> None:
+    def load_staging(
+        self, session: Session, table: str, columns: Columns, rows: Rows, keys: Sequence[str]
+    ) -> None:
         ddl = ", ".join(f"{name} {lite}" for name, _, lite in columns)
         session.execute(text(f"CREATE TEMP TABLE IF NOT EXISTS {table} ({ddl})"))
         session.execute(text(f"DELETE FROM {table}"))

@@ -48,6 +48,18 @@ STAGING_TABLES: dict[str, tuple[tuple[str, str, str], ...]] = {
 }
 
 
+#: name -> the columns its statements join or filter on: the only ones the planner gets
+#: statistics of (the others are payload, and sampling them costs as much as the join keys).
+STAGING_KEYS: dict[str, tuple[str, ...]] = {
+    "stage_predictions": ("id",),
+    "stage_bucket_deltas": ("k", "slice", "resolution", "bucket_start", "contract_id"),
+    "stage_bucket_vectors": ("k", "row_id"),
+    "stage_labels": ("id",),
+}
+
+
 def load(session: Session, table: str, rows: Iterable[Sequence[Any]]) -> None:
     """Fill the staging ``table`` with ``rows`` (tuples in the table's column order)."""
-    backend_of(session).load_staging(session, table, STAGING_TABLES[table], rows)
+    backend_of(session).load_staging(
+        session, table, STAGING_TABLES[table], rows, STAGING_KEYS[table]
+    )
