@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_stream import PORT, drop_database, fresh_database, start_service
 
+from service.config import Settings
 from service.db.database import Database
 from service.export.collector import render_readings
 from service.export.reading_store import ReadingRow, replace_model_readings, store_exposition
@@ -38,7 +39,7 @@ def main() -> None:
     base = os.environ.get("CALMON_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
     name, url = fresh_database(base)
     os.environ["CALMON_REFRESH_IN_SERVICE"] = "false"
-    service = start_service(url, 2)
+    service = start_service(url, 2, Settings.threads)  # calmon serve's default workers
     try:
         rng = np.random.default_rng(0)
         now = datetime.now(UTC)

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import psycopg
 
+from service.db.database import make_engine
+
 _TICK = os.sysconf("SC_CLK_TCK")
 
 #: The server settings a stream benchmark depends on, printed with its results.
@@ -137,9 +139,14 @@ def phase_table(phases: list[tuple[str, Counters]]) -> str:
 
 
 def server_settings(url: str) -> str:
-    """The ``SETTINGS`` as ``name=value`` pairs."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        return ", ".join(
-            f"{name}={conn.execute(f'SHOW {name}').fetchone()[0]}"  # type: ignore[index]
-            for name in SETTINGS
-        )
+    """The ``SETTINGS`` as ``name=value`` pairs, as a connection of calmon's sees them (calmon
+    sets ``jit`` on every connection it opens)."""
+    engine = make_engine(url)
+    try:
+        with engine.connect() as connection:
+            return ", ".join(
+                f"{name}={connection.exec_driver_sql(f'SHOW {name}').scalar_one()}"
+                for name in SETTINGS
+            )
+    finally:
+        engine.dispose()

@@ -64,6 +64,13 @@ class Recorder:
         self.errors: dict[str, int] = defaultdict(int)
         self.lock = threading.Lock()
 
+    def reset(self) -> None:
+        """Forget everything recorded so far (the warm-up)."""
+        with self.lock:
+            self.latency.clear()
+            self.items.clear()
+            self.errors.clear()
+
     def record(self, name: str, seconds: float, items: int, ok: bool) -> None:
         with self.lock:
             self.latency[name].append(seconds * 1000)
@@ -183,7 +190,7 @@ def main() -> None:
         time.sleep(min(15, args.seconds / 4))
         memory = [rss_mib(service.pid)]
         started = time.monotonic()
-        recorder.__init__()  # measure after warm-up
+        recorder.reset()
         before = snapshot(url, service.pid)
         while time.monotonic() - started < args.seconds:
             time.sleep(min(30, args.seconds / 10))
