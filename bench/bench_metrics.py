@@ -39,7 +39,7 @@ def main() -> None:
     base = os.environ.get("CALMON_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
     name, url = fresh_database(base)
     os.environ["CALMON_REFRESH_IN_SERVICE"] = "false"
-    service = start_service(url, 2, Settings.threads)  # calmon serve's default workers
+    service = start_service(url, 2, Settings.threads)  # calmon serve's default threads per worker
     try:
         rng = np.random.default_rng(0)
         now = datetime.now(UTC)
