@@ -42,6 +42,14 @@ def _psycopg(session: Session) -> psycopg.Connection[Any]:
     return cast("psycopg.Connection[Any]", session.connection().connection.dbapi_connection)
 
 
+def _binary_rows(session: Session, sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    """Every row of ``sql`` (``%(name)s`` parameters) fetched in binary, in the session's
+    transaction: a ``bytea`` arrives as bytes rather than hex text, an array as a list."""
+    with _psycopg(session).cursor(binary=True) as cursor:
+        cursor.execute(sql, dict(params))
+        return cursor.fetchall()
+
+
 class PostgreSQL:
     """The production backend (psycopg 3)."""
 
@@ -92,9 +100,7 @@ class PostgreSQL:
         """Fetched in binary: a ``bytea`` arrives as bytes rather than hex text to decode, a
         number or timestamp in its wire form; timestamps in the connection's time zone."""
         compiled = statement.compile(dialect=session.get_bind().dialect)
-        with _psycopg(session).cursor(binary=True) as cursor:
-            cursor.execute(str(compiled), compiled.params)
-            return cursor.fetchall()
+        return _binary_rows(session, str(compiled), compiled.params)
 
     def locked_bucket_rows(
         self, session: Session, params: Mapping[str, Any], vectors: Sequence[str]
@@ -109,9 +115,7 @@ class PostgreSQL:
             "  AND resolution = s.resolution AND bucket_start = s.bucket_start"
             "  AND contract_id = s.contract_id FOR UPDATE) b"
         )
-        with _psycopg(session).cursor(binary=True) as cursor:
-            cursor.execute(statement, dict(params))
-            return cursor.fetchall()
+        return _binary_rows(session, statement, params)
 
     def insert_staged_predictions(self, session: Session, params: Mapping[str, Any]) -> set[str]:
         """The inserted ids come back as one array, fetched in binary (a row per id would cost
@@ -122,10 +126,8 @@ class PostgreSQL:
             " inputs, %(now)s FROM stage_predictions ON CONFLICT (model, id) DO NOTHING"
             " RETURNING id) SELECT array_agg(id) FROM inserted"
         )
-        with _psycopg(session).cursor(binary=True) as cursor:
-            cursor.execute(statement, dict(params))
-            row = cursor.fetchone()
-        return set() if row is None or row[0] is None else set(row[0])
+        ((ids,),) = _binary_rows(session, statement, params)
+        return set() if ids is None else set(ids)
 
     def record_staged_labels(self, session: Session, params: Mapping[str, Any]) -> RecordedLabels:
         """One statement probes each staged label's prediction, inserts the new labels and
@@ -146,10 +148,7 @@ class PostgreSQL:
             " array_agg(f.id) FILTER (WHERE f.contract_id IS NULL)"
             " FROM found f JOIN ins ON ins.id = f.id"
         )
-        with _psycopg(session).cursor(binary=True) as cursor:
-            cursor.execute(statement, dict(params))
-            row = cursor.fetchone()
-        assert row is not None
+        (row,) = _binary_rows(session, statement, params)
         ids, labels, label_seconds, contract_ids, seconds, slices, inputs, waiting = (
             [] if value is None else value for value in row
         )
