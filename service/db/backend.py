@@ -8,6 +8,7 @@ Every module that needs a backend-specific statement asks ``backend_of(session)`
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -71,6 +72,11 @@ class Backend(Protocol):
 
     def analyze(self, session: Session, tables: Sequence[str]) -> None:
         """Refresh the planner's statistics of ``tables`` (a no-op without a planner to feed)."""
+
+    def linear_joins(self, session: Session) -> AbstractContextManager[None]:
+        """Within the block, the statements of ``session`` join by hashing or merging, whose
+        cost grows with the sum of the two sides, never by a nested loop, whose cost grows
+        with their product when an inner side has no index the join can probe."""
 
     def epoch_seconds(self, column: str) -> str:
         """SQL for a timestamp column as whole seconds since the epoch (floor)."""

@@ -8,7 +8,8 @@ A label finds its prediction with one probe of the primary key ``(model, id)`` o
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, cast
 
@@ -69,6 +70,17 @@ class PostgreSQL:
     def analyze(self, session: Session, tables: Sequence[str]) -> None:
         for table in tables:
             session.execute(text(f"ANALYZE {table}"))
+
+    @contextmanager
+    def linear_joins(self, session: Session) -> Iterator[None]:
+        """``enable_nestloop`` off for the block, then back to what it was (``SET LOCAL``: an
+        error inside the block ends the transaction and the setting with it)."""
+        before = session.execute(text("SHOW enable_nestloop")).scalar_one()
+        session.execute(text("SET LOCAL enable_nestloop = off"))
+        yield
+        session.execute(
+            text("SELECT set_config('enable_nestloop', :before, true)"), {"before": before}
+        )
 
     def epoch_seconds(self, column: str) -> str:
         return _epoch(column)

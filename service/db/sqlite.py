@@ -8,7 +8,8 @@ ON CONFLICT`` needs a ``WHERE`` before ``ON CONFLICT`` (a parser ambiguity), hen
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -46,6 +47,11 @@ class SQLite:
 
     def analyze(self, session: Session, tables: Sequence[str]) -> None:
         return None
+
+    @contextmanager
+    def linear_joins(self, session: Session) -> Iterator[None]:
+        """A no-op: SQLite answers ``IN (SELECT ...)`` from a temporary index of the subquery."""
+        yield
 
     def epoch_seconds(self, column: str) -> str:
         return _epoch(column)

@@ -15,6 +15,11 @@ from service.db import staging
 from service.db.backend import backend_of
 from service.db.models import LabelRecord
 
+#: A label still waiting for its prediction, in the words of the partial index
+#: ``ix_labels_waiting`` (``NOT joined``): neither planner matches the index to the forms
+#: SQLAlchemy writes for a false boolean (``joined IS false``, SQLite's ``joined = 0``).
+_WAITING = text("NOT labels.joined")
+
 #: A validated prediction ready to store: (id, ts, canonical cohort JSON, slices JSON, inputs);
 #: ``inputs`` are the packed float64 bytes.
 StagedPrediction = tuple[str, datetime, str, str, bytes]
@@ -71,17 +76,23 @@ def insert_predictions(
 def join_waiting_labels(session: Session, model: str, ids: set[str]) -> dict[str, int]:
     """Mark as joined the waiting labels of the just-inserted predictions ``ids``.
 
-    Returns ``{id: label}``. Looks only at the staged predictions of this batch.
+    Returns ``{id: label}``. Looks only at the staged predictions of this batch, matched with the
+    waiting labels by a join whose cost grows with the sum of the two, never their product
+    (``Backend.linear_joins``): the planner's estimate of how many labels wait is often far off
+    (a burst of early labels, a table not analysed since), and a nested loop over a mistaken
+    handful of waiting labels would compare each of them with every staged id.
     """
     if not ids:
         return {}
-    rows = session.execute(
-        text(
-            "UPDATE labels SET joined = true WHERE model = :model AND NOT joined"
-            " AND id IN (SELECT id FROM stage_predictions) RETURNING id, label"
-        ),
-        {"model": model},
-    ).all()
+    backend = backend_of(session)
+    with backend.linear_joins(session):
+        rows = session.execute(
+            text(
+                "UPDATE labels SET joined = true WHERE model = :model AND NOT joined"
+                " AND id IN (SELECT id FROM stage_predictions) RETURNING id, label"
+            ),
+            {"model": model},
+        ).all()
     waiting = {row[0]: int(row[1]) for row in rows}
     stray = set(waiting) - ids
     if stray:
@@ -131,7 +142,7 @@ def record_labels(
 
 def count_waiting_labels(session: Session, model: str) -> int:
     """How many labels of ``model`` wait for their prediction (through their partial index)."""
-    waiting = select(func.count()).where(LabelRecord.model == model, LabelRecord.joined.is_(False))
+    waiting = select(func.count()).where(LabelRecord.model == model, _WAITING)
     return int(session.scalar(waiting) or 0)
 
 
@@ -142,7 +153,7 @@ def delete_waiting_labels(session: Session, model: str, ids: Sequence[str]) -> N
             delete(LabelRecord).where(
                 LabelRecord.model == model,
                 LabelRecord.id.in_(ids),
-                LabelRecord.joined.is_(False),
+                _WAITING,
             )
         )
 
@@ -153,7 +164,7 @@ def expire_waiting_labels(session: Session, model: str, received_before: datetim
     result = session.execute(
         delete(LabelRecord).where(
             LabelRecord.model == model,
-            LabelRecord.joined.is_(False),
+            _WAITING,
             LabelRecord.received_at < received_before,
         )
     )

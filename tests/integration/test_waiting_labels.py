@@ -1,0 +1,88 @@
+"""Labels waiting for their prediction: found through their partial index, and matched with a
+prediction batch by a join that cannot degrade into comparing every pair."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from sqlalchemy import event, text
+from sqlalchemy.orm import Session
+
+from service.db import staging
+from service.db.database import Database
+from service.stream import prediction_store
+from tests.integration.conftest import BACKEND
+
+NOW = datetime(2026, 11, 1, tzinfo=UTC)
+
+
+@contextmanager
+def plans_of(session: Session, marker: str) -> Iterator[list[str]]:
+    """The plans of the statements containing ``marker`` that ``session`` runs in the block,
+    explained on the same connection just before each runs (under the settings in force)."""
+    connection = session.connection()
+    plans: list[str] = []
+
+    def explain(_conn: Any, cursor: Any, statement: str, params: Any, *_: Any) -> None:
+        if marker not in statement:
+            return
+        prefix = "EXPLAIN " if BACKEND == "postgresql" else "EXPLAIN QUERY PLAN "
+        rows = cursor.connection.execute(prefix + statement, params).fetchall()
+        plans.append("\n".join(str(row[-1]) for row in rows))
+
+    event.listen(connection, "before_cursor_execute", explain)
+    try:
+        yield plans
+    finally:
+        event.remove(connection, "before_cursor_execute", explain)
+
+
+def store_waiting_labels(session: Session, ids: list[str]) -> None:
+    joined, waiting, _ = prediction_store.record_labels(
+        session, "m", [(i, 1, NOW) for i in sorted(ids)], NOW
+    )
+    assert joined.ids == [] and waiting == sorted(ids)
+
+
+def test_waiting_labels_are_counted_through_their_partial_index(db: Database) -> None:
+    with db.session() as session:
+        store_waiting_labels(session, ["w1", "w2"])
+        if BACKEND == "postgresql":
+            session.execute(text("SET LOCAL enable_seqscan = off"))
+        with plans_of(session, "count(") as plans:
+            assert prediction_store.count_waiting_labels(session, "m") == 2
+    assert len(plans) == 1 and "ix_labels_waiting" in plans[0], plans
+
+
+@pytest.mark.skipif(BACKEND != "postgresql", reason="the PostgreSQL planner's join methods")
+def test_a_batch_meets_the_waiting_labels_without_a_nested_loop(db: Database) -> None:
+    staged = [(f"p{i:05d}", NOW, "{}", '["*"]', b"\0" * 8) for i in range(10_000)]
+    with db.session() as session:
+        session.execute(
+            text(
+                "INSERT INTO labels (model, id, label, ts, received_at, joined) SELECT 'm',"
+                " 'j' || i, 0, :now, :now, true FROM generate_series(1, 20000) i"
+            ),
+            {"now": NOW},
+        )
+        store_waiting_labels(session, ["p00007"])
+        session.execute(text("ANALYZE labels"))
+        staging.load(session, "stage_predictions", staged)
+        waiting_join = (
+            "UPDATE labels SET joined = true WHERE model = 'm' AND NOT joined"
+            " AND id IN (SELECT id FROM stage_predictions)"
+        )
+        unguarded = "\n".join(session.scalars(text(f"EXPLAIN {waiting_join}")))
+        with plans_of(session, "UPDATE labels SET joined = true") as plans:
+            found = prediction_store.join_waiting_labels(session, "m", {r[0] for r in staged})
+        setting = session.scalar(text("SHOW enable_nestloop"))
+    # The premise: believing one label waits, the planner would scan the staged ids once per
+    # waiting label, which is every pair when many more wait than the statistics say.
+    assert "Nested Loop" in unguarded, unguarded
+    assert found == {"p00007": 1}
+    assert len(plans) == 1 and "Nested Loop" not in plans[0], plans
+    assert setting == "on"
