@@ -207,8 +207,17 @@ class Refresher:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
+    @property
+    def running(self) -> bool:
+        """Whether the thread is running (started and not yet stopped)."""
+        return self._thread.is_alive()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop the thread, waiting up to ``timeout`` seconds for a refresh under way to end
+        (and return its database connection to the pool)."""
         self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
 
     def run_once(self) -> RefreshReport | None:
         """Refresh if this process holds (or wins) the lease; None when another one does."""

@@ -256,8 +256,9 @@ def test_the_background_refresher_fills_the_gauges(
         refresher: Refresher = served.extensions["calmon.refresher"]
         assert refresher.last_report is not None and refresher.last_report.models == 1
     finally:
-        served.extensions["calmon.refresher"].stop()
-        time.sleep(0.3)
+        background: Refresher = served.extensions["calmon.refresher"]
+        background.stop()
+        assert not background.running
         served.extensions["calmon.database"].dispose()
 
 
