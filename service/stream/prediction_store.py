@@ -76,16 +76,18 @@ def insert_predictions(
 def join_waiting_labels(session: Session, model: str, ids: set[str]) -> dict[str, int]:
     """Mark as joined the waiting labels of the just-inserted predictions ``ids``.
 
-    Returns ``{id: label}``. Looks only at the staged predictions of this batch, matched with the
+    Returns ``{id: label}``; nothing to do, and one probe of the partial index, when no label
+    of ``model`` waits. Looks only at the staged predictions of this batch, matched with the
     waiting labels by a join whose cost grows with the sum of the two, never their product
     (``Backend.linear_joins``): the planner's estimate of how many labels wait is often far off
     (a burst of early labels, a table not analysed since), and a nested loop over a mistaken
     handful of waiting labels would compare each of them with every staged id.
     """
-    if not ids:
+    if not ids or not session.scalar(
+        select(select(LabelRecord.id).where(LabelRecord.model == model, _WAITING).exists())
+    ):
         return {}
-    backend = backend_of(session)
-    with backend.linear_joins(session):
+    with backend_of(session).linear_joins(session):
         rows = session.execute(
             text(
                 "UPDATE labels SET joined = true WHERE model = :model AND NOT joined"
