@@ -96,11 +96,16 @@ class Backend(Protocol):
         as aware datetimes, without a per-row ORM result object (for wide reads of many rows)."""
 
     def locked_bucket_rows(
-        self, session: Session, params: Mapping[str, Any], vectors: Sequence[str]
+        self,
+        session: Session,
+        params: Mapping[str, Any],
+        vectors: Sequence[str],
+        only: Sequence[int] | None = None,
     ) -> list[tuple[Any, ...]]:
-        """The ``:model`` buckets of the staged bucket deltas, locked until commit in key order:
-        ``(k, row id, *vectors)`` with the named blob columns, one primary-key probe per staged
-        key."""
+        """The stored ``:model`` buckets of the staged bucket deltas (of those whose ``k`` is in
+        ``only``, if given), locked until commit in key order: ``(k, row id, *vectors)`` with
+        the named blob columns, one primary-key probe per staged key; a key without a stored
+        bucket yields no row."""
 
     def record_staged_labels(self, session: Session, params: Mapping[str, Any]) -> RecordedLabels:
         """Insert the staged labels new for ``:model`` (joined when their prediction is stored);

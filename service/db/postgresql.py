@@ -115,19 +115,24 @@ class PostgreSQL:
         return _binary_rows(session, str(compiled), compiled.params)
 
     def locked_bucket_rows(
-        self, session: Session, params: Mapping[str, Any], vectors: Sequence[str]
+        self,
+        session: Session,
+        params: Mapping[str, Any],
+        vectors: Sequence[str],
+        only: Sequence[int] | None = None,
     ) -> list[tuple[Any, ...]]:
         """Fetched in binary: the statistics blobs arrive as bytes, not as hex text."""
+        where = "" if only is None else " WHERE k = ANY(%(only)s)"
         statement = (
             f"SELECT {', '.join(['s.k', 'CAST(b.ctid AS text)', *(f'b.{v}' for v in vectors)])}"
-            " FROM (SELECT * FROM stage_bucket_deltas"
+            f" FROM (SELECT * FROM stage_bucket_deltas{where}"
             "  ORDER BY slice, resolution, bucket_start, contract_id) s"
             f" CROSS JOIN LATERAL (SELECT {', '.join(['ctid', *vectors])}"
             "  FROM calibration_buckets WHERE model = %(model)s AND slice = s.slice"
             "  AND resolution = s.resolution AND bucket_start = s.bucket_start"
             "  AND contract_id = s.contract_id FOR UPDATE) b"
         )
-        return _binary_rows(session, statement, params)
+        return _binary_rows(session, statement, {**params, "only": list(only or ())})
 
     def insert_staged_predictions(self, session: Session, params: Mapping[str, Any]) -> set[str]:
         """The inserted ids come back as one array, fetched in binary (a row per id would cost

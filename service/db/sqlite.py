@@ -75,19 +75,24 @@ class SQLite:
             session.execute(statement, params)
 
     def locked_bucket_rows(
-        self, session: Session, params: Mapping[str, Any], vectors: Sequence[str]
+        self,
+        session: Session,
+        params: Mapping[str, Any],
+        vectors: Sequence[str],
+        only: Sequence[int] | None = None,
     ) -> list[tuple[Any, ...]]:
         columns = ", ".join(["s.k", "b.rowid", *(f"b.{v}" for v in vectors)])
-        rows = session.execute(
-            text(
-                f"SELECT {columns} FROM stage_bucket_deltas s"
-                " JOIN calibration_buckets b ON b.model = :model AND b.slice = s.slice"
-                " AND b.resolution = s.resolution AND b.bucket_start = s.bucket_start"
-                " AND b.contract_id = s.contract_id"
-            ),
-            params,
+        where = "" if only is None else " WHERE s.k IN :only"
+        statement = text(
+            f"SELECT {columns} FROM stage_bucket_deltas s"
+            " JOIN calibration_buckets b ON b.model = :model AND b.slice = s.slice"
+            " AND b.resolution = s.resolution AND b.bucket_start = s.bucket_start"
+            f" AND b.contract_id = s.contract_id{where}"
         )
-        return [tuple(row) for row in rows]
+        if only is not None:
+            statement = statement.bindparams(bindparam("only", expanding=True))
+            params = {**params, "only": list(only)}
+        return [tuple(row) for row in session.execute(statement, params)]
 
     def insert_staged_predictions(self, session: Session, params: Mapping[str, Any]) -> set[str]:
         statement = text(

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import numpy as np
-from sqlalchemy import and_, delete, func, or_, select, text
+from sqlalchemy import and_, bindparam, delete, func, or_, select, text
 from sqlalchemy.orm import Session
 
 from service.db import staging
@@ -58,16 +58,23 @@ _KEY_ORDER = "s.slice, s.resolution, s.bucket_start, s.contract_id"
 
 
 def apply_deltas(session: Session, model: str, deltas: Mapping[BucketKey, BucketDelta]) -> None:
-    """Add ``deltas`` to their buckets, creating missing ones, in four set-based statements.
+    """Add ``deltas`` to their buckets, creating missing ones, in three to five set-based
+    statements.
 
-    The deltas are staged (one row each, ``k`` their index in key order); missing buckets are
-    inserted empty; the touched buckets are locked in key order, one primary-key probe each, so
-    concurrent writers cannot deadlock, and the vectors (``VECTORS``) that the deltas change are
-    read with them; the sums are formed here and written back with the counters in one
-    ``UPDATE ... FROM`` that finds each row by its physical row id, one new row version per
-    bucket. A vector no delta changes is neither read nor written (it keeps its stored value,
-    TOAST pointer and all). Neither the statements' size nor their cost grows with the number
-    of buckets a model has, only with the number a batch touches.
+    The deltas are staged (one row each, ``k`` their index in key order); the touched buckets
+    are locked in key order, one primary-key probe each, so concurrent writers cannot deadlock,
+    and the vectors (``VECTORS``) that the deltas change are read with them; only buckets that
+    probe found missing are then inserted empty (in key order) and locked in turn. The sums are
+    formed here and written back with the counters in one ``UPDATE ... FROM`` that finds each
+    row by its physical row id, one new row version per bucket. A vector no delta changes is
+    neither read nor written (it keeps its stored value, TOAST pointer and all). Neither the
+    statements' size nor their cost grows with the number of buckets a model has, only with
+    the number a batch touches; a batch whose buckets all exist (every label batch: its
+    predictions made them) inserts nothing.
+
+    Concurrent writers cannot deadlock: the existing rows are locked in key order before any
+    insert, and an insert waits only on another writer's insert of the same key, made after
+    that writer holds every existing row it needs.
     """
     if not deltas:
         return
@@ -94,22 +101,16 @@ def apply_deltas(session: Session, model: str, deltas: Mapping[BucketKey, Bucket
     )
     backend = backend_of(session)
     params = {"model": model}
-    session.execute(
-        text(
-            "INSERT INTO calibration_buckets (model, slice, resolution, bucket_start,"
-            " contract_id, n_predictions, n_labeled, unlabeled_expected_correct,"
-            " unlabeled_expected_square) SELECT :model, s.slice, s.resolution, s.bucket_start,"
-            " s.contract_id, 0, 0, 0, 0 FROM stage_bucket_deltas s"
-            f" WHERE true ORDER BY {_KEY_ORDER}"
-            " ON CONFLICT DO NOTHING"
-        ),
-        params,
-    )
     changed = tuple(
         name for name in VECTORS if any(getattr(d, name) is not None for d in deltas.values())
     )
+    locked = backend.locked_bucket_rows(session, params, changed)
+    if len(locked) < len(keys):
+        missing = sorted(set(range(len(keys))) - {row[0] for row in locked})
+        _insert_empty(session, model, missing)
+        locked += backend.locked_bucket_rows(session, params, changed, only=missing)
     vectors = []
-    for k, row_id, *blobs in backend.locked_bucket_rows(session, params, changed):
+    for k, row_id, *blobs in locked:
         delta = deltas[keys[k]]
         totals: dict[str, bytes | None] = dict.fromkeys(VECTORS)
         for name, blob in zip(changed, blobs, strict=True):
@@ -134,6 +135,22 @@ def apply_deltas(session: Session, model: str, deltas: Mapping[BucketKey, Bucket
             f" WHERE b.model = :model AND {backend.row_id_match}"
         ),
         params,
+    )
+
+
+def _insert_empty(session: Session, model: str, ks: Sequence[int]) -> None:
+    """Insert empty buckets for the staged deltas ``ks``, in key order; a bucket a concurrent
+    writer has just inserted is left to it."""
+    session.execute(
+        text(
+            "INSERT INTO calibration_buckets (model, slice, resolution, bucket_start,"
+            " contract_id, n_predictions, n_labeled, unlabeled_expected_correct,"
+            " unlabeled_expected_square) SELECT :model, s.slice, s.resolution, s.bucket_start,"
+            " s.contract_id, 0, 0, 0, 0 FROM stage_bucket_deltas s"
+            f" WHERE s.k IN :ks ORDER BY {_KEY_ORDER}"
+            " ON CONFLICT DO NOTHING"
+        ).bindparams(bindparam("ks", expanding=True)),
+        {"model": model, "ks": list(ks)},
     )
 
 

@@ -1,0 +1,70 @@
+"""Bucket writes: sums added exactly, and an empty bucket inserted only where none is stored."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+from sqlalchemy import event
+from sqlalchemy.orm import Session
+
+from service.db.database import Database
+from service.stream.bucket_store import BucketDelta, BucketKey, apply_deltas, window_totals
+
+HOUR = datetime(2026, 11, 1, 10, tzinfo=UTC)
+
+
+def _key(minutes: int) -> BucketKey:
+    return ("all", "5m", HOUR + timedelta(minutes=minutes), "c1")
+
+
+def _delta(seed: int) -> BucketDelta:
+    rng = np.random.default_rng(seed)
+    return BucketDelta(
+        n_predictions=int(rng.integers(1, 9)),
+        n_labeled=int(rng.integers(0, 9)),
+        unlabeled_expected_correct=float(rng.random()),
+        confidence_counts=rng.random(4),
+        stats=rng.random(7),
+    )
+
+
+def _apply(session: Session, deltas: dict[BucketKey, BucketDelta]) -> list[str]:
+    """Apply ``deltas`` and return the bucket inserts the statements issued."""
+    inserts: list[str] = []
+
+    def record(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        if statement.lstrip().startswith("INSERT INTO calibration_buckets"):
+            inserts.append(statement)
+
+    connection = session.connection()
+    event.listen(connection, "before_cursor_execute", record)
+    try:
+        apply_deltas(session, "m", deltas)
+    finally:
+        event.remove(connection, "before_cursor_execute", record)
+    return inserts
+
+
+def test_only_missing_buckets_are_inserted_and_every_sum_is_exact(db: Database) -> None:
+    first = {_key(5 * i): _delta(i) for i in range(0, 6)}
+    second = {_key(5 * i): _delta(100 + i) for i in range(3, 9)}
+    third = {_key(5 * i): _delta(200 + i) for i in (0, 4, 8)}
+    expected_inserts = {"first": 1, "second": 1, "third": 0}
+    for name, deltas in zip(expected_inserts, (first, second, third), strict=True):
+        with db.session() as session:
+            assert len(_apply(session, deltas)) == expected_inserts[name], name
+            session.commit()
+    with db.session() as session:
+        stored = window_totals(session, "m", "all", [("5m", HOUR, HOUR + timedelta(hours=1))])
+    assert [t.bucket_start for t in stored] == sorted(k[2] for k in first | second)
+    for totals in stored:
+        added = [d[k] for d in (first, second, third) for k in d if k[2] == totals.bucket_start]
+        assert totals.n_predictions == sum(d.n_predictions for d in added)
+        assert totals.n_labeled == sum(d.n_labeled for d in added)
+        assert totals.unlabeled_expected_correct == sum(d.unlabeled_expected_correct for d in added)
+        for name in ("confidence_counts", "stats"):
+            expected = np.zeros_like(getattr(added[0], name))
+            for d in added:
+                expected = expected + getattr(d, name)
+            np.testing.assert_array_equal(getattr(totals, name), expected)
