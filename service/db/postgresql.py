@@ -149,29 +149,58 @@ class PostgreSQL:
     def record_staged_labels(self, session: Session, params: Mapping[str, Any]) -> RecordedLabels:
         """One statement probes each staged label's prediction, inserts the new labels and
         aggregates what it inserted into one row of arrays, fetched in binary (a row per label
-        would cost the service more to decode than the statement costs the database)."""
-        joined = "FILTER (WHERE contract_id IS NOT NULL)"
-        statement = (
-            "WITH found AS (SELECT s.id, s.label, s.ts, p.contract_id, p.ts AS pts,"
-            " p.slices, p.inputs FROM stage_labels s LEFT JOIN LATERAL"
-            f" ({_prediction_by_id('s.id', _FOUND_COLUMNS, '%(model)s')}) p ON true),"
-            " ins AS (INSERT INTO labels (model, id, label, ts, received_at, joined)"
-            " SELECT %(model)s, id, label, ts, %(now)s, contract_id IS NOT NULL FROM found"
-            " ON CONFLICT (model, id) DO NOTHING RETURNING id)"
-            f" SELECT array_agg(f.id) {joined}, array_agg(f.label) {joined},"
-            f" array_agg({_epoch('f.ts')}) {joined}, array_agg(f.contract_id) {joined},"
-            f" array_agg({_epoch('f.pts')}) {joined}, array_agg(f.slices) {joined},"
-            f" array_agg(f.inputs) {joined},"
-            " array_agg(f.id) FILTER (WHERE f.contract_id IS NULL)"
-            " FROM found f JOIN ins ON ins.id = f.id"
-        )
-        (row,) = _binary_rows(session, statement, params)
+        would cost the service more to decode than the statement costs the database).
+
+        The labels already stored are left out by a probe of the labels' primary key and the
+        rest inserted plainly, under a savepoint: a label id that a concurrent transaction
+        commits in between breaks the unique key, and the batch is then recorded by the same
+        statement with ``ON CONFLICT DO NOTHING``. The plain insert is the usual path because a
+        speculative insert (``ON CONFLICT``) costs PostgreSQL about twice as much per row: it
+        checks the key, inserts with a token and confirms each row in the WAL.
+        """
+        try:
+            with session.begin_nested():
+                row = self._record_labels(session, params, speculative=False)
+        except psycopg.errors.UniqueViolation:
+            row = self._record_labels(session, params, speculative=True)
         ids, labels, label_seconds, contract_ids, seconds, slices, inputs, waiting = (
             [] if value is None else value for value in row
         )
         return RecordedLabels(
             ids, labels, label_seconds, contract_ids, seconds, slices, inputs, waiting
         )
+
+    @staticmethod
+    def _record_labels(
+        session: Session, params: Mapping[str, Any], *, speculative: bool
+    ) -> tuple[Any, ...]:
+        """The label statement, with an ``ON CONFLICT`` insert (``speculative``) or with a
+        plain insert of the staged labels that a probe finds not stored."""
+        probe = _prediction_by_id("s.id", _FOUND_COLUMNS, "%(model)s")
+        new = (
+            " WHERE NOT EXISTS (SELECT 1 FROM labels l WHERE l.model = %(model)s AND l.id = s.id"
+            " OFFSET 0)"
+        )
+        insert = (
+            "INSERT INTO labels (model, id, label, ts, received_at, joined)"
+            " SELECT %(model)s, id, label, ts, %(now)s, contract_id IS NOT NULL FROM found"
+        )
+        if speculative:
+            new, insert = "", f"{insert} ON CONFLICT (model, id) DO NOTHING RETURNING id"
+        inserted = "found f JOIN ins ON ins.id = f.id" if speculative else "found f"
+        joined = "FILTER (WHERE contract_id IS NOT NULL)"
+        statement = (
+            "WITH found AS (SELECT s.id, s.label, s.ts, p.contract_id, p.ts AS pts, p.slices,"
+            f" p.inputs FROM stage_labels s LEFT JOIN LATERAL ({probe}) p ON true{new}),"
+            f" ins AS ({insert})"
+            f" SELECT array_agg(f.id) {joined}, array_agg(f.label) {joined},"
+            f" array_agg({_epoch('f.ts')}) {joined}, array_agg(f.contract_id) {joined},"
+            f" array_agg({_epoch('f.pts')}) {joined}, array_agg(f.slices) {joined},"
+            f" array_agg(f.inputs) {joined},"
+            f" array_agg(f.id) FILTER (WHERE f.contract_id IS NULL) FROM {inserted}"
+        )
+        (row,) = _binary_rows(session, statement, params)
+        return row
 
     def waiting_labels_with_predictions(
         self, session: Session, model: str

@@ -3,6 +3,8 @@ prediction batch by a join that cannot degrade into comparing every pair."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -86,3 +88,40 @@ def test_a_batch_meets_the_waiting_labels_without_a_nested_loop(db: Database) ->
     assert found == {"p00007": 1}
     assert len(plans) == 1 and "Nested Loop" not in plans[0], plans
     assert setting == "on"
+
+
+def test_a_label_a_concurrent_batch_commits_first_counts_as_stored_before(db: Database) -> None:
+    """The second batch misses the first's uncommitted label in its probe, waits on its key,
+    and records it as stored before (no error, nothing lost) once the first commits."""
+    outcome: dict[str, Any] = {}
+
+    def second() -> None:
+        with db.session() as session:
+            outcome["recorded"] = prediction_store.record_labels(
+                session, "m", [("a", 2, NOW), ("x", 2, NOW)], NOW
+            )
+            session.commit()
+
+    with db.session() as first:
+        store_waiting_labels(first, ["x"])
+        thread = threading.Thread(target=second)
+        thread.start()
+        if BACKEND == "postgresql":
+            with db.session() as observer:
+                deadline = time.monotonic() + 30
+                while not observer.scalar(
+                    text(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                        " AND datname = current_database()"
+                    )
+                ):
+                    assert time.monotonic() < deadline, "the second batch never waited"
+                    time.sleep(0.02)
+        else:
+            time.sleep(0.5)
+        first.commit()
+    thread.join(30)
+    joined, waiting, stored = outcome["recorded"]
+    assert (joined.ids, waiting, stored) == ([], ["a"], {"x": 1})
+    with db.session() as session:
+        assert prediction_store.count_waiting_labels(session, "m") == 2
