@@ -227,7 +227,11 @@ def bucket_deltas(
 def merge_deltas(
     into: dict[BucketKey, BucketDelta], other: dict[BucketKey, BucketDelta]
 ) -> dict[BucketKey, BucketDelta]:
-    """Add ``other`` into ``into`` key by key (returns ``into``)."""
+    """Add ``other`` into ``into`` key by key (returns ``into``); ``other`` is consumed: its
+    deltas may be taken over as they are, so the caller must not use it afterwards."""
+    if not into:
+        into.update(other)
+        return into
     for key, delta in other.items():
         mine = into.setdefault(key, BucketDelta())
         mine.n_predictions += delta.n_predictions
