@@ -81,18 +81,20 @@ class SQLite:
         vectors: Sequence[str],
         only: Sequence[int] | None = None,
     ) -> list[tuple[Any, ...]]:
+        """Writers are serialised, so nothing is locked; ``only`` filters the rows here (a
+        statement parameter per key could exceed SQLite's limit on parameters)."""
         columns = ", ".join(["s.k", "b.rowid", *(f"b.{v}" for v in vectors)])
-        where = "" if only is None else " WHERE s.k IN :only"
-        statement = text(
-            f"SELECT {columns} FROM stage_bucket_deltas s"
-            " JOIN calibration_buckets b ON b.model = :model AND b.slice = s.slice"
-            " AND b.resolution = s.resolution AND b.bucket_start = s.bucket_start"
-            f" AND b.contract_id = s.contract_id{where}"
+        rows = session.execute(
+            text(
+                f"SELECT {columns} FROM stage_bucket_deltas s"
+                " JOIN calibration_buckets b ON b.model = :model AND b.slice = s.slice"
+                " AND b.resolution = s.resolution AND b.bucket_start = s.bucket_start"
+                " AND b.contract_id = s.contract_id"
+            ),
+            params,
         )
-        if only is not None:
-            statement = statement.bindparams(bindparam("only", expanding=True))
-            params = {**params, "only": list(only)}
-        return [tuple(row) for row in session.execute(statement, params)]
+        wanted = None if only is None else set(only)
+        return [tuple(row) for row in rows if wanted is None or row[0] in wanted]
 
     def insert_staged_predictions(self, session: Session, params: Mapping[str, Any]) -> set[str]:
         statement = text(

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import numpy as np
-from sqlalchemy import and_, bindparam, delete, func, or_, select, text
+from sqlalchemy import and_, delete, func, or_, select, text
 from sqlalchemy.orm import Session
 
 from service.db import staging
@@ -62,9 +62,9 @@ def apply_deltas(session: Session, model: str, deltas: Mapping[BucketKey, Bucket
     statements.
 
     The deltas are staged (one row each, ``k`` their index in key order); the touched buckets
-    are locked in key order, one primary-key probe each, so concurrent writers cannot deadlock,
-    and the vectors (``VECTORS``) that the deltas change are read with them; only buckets that
-    probe found missing are then inserted empty (in key order) and locked in turn. The sums are
+    are locked in key order, one primary-key probe each, and the vectors (``VECTORS``) that the
+    deltas change are read with them; only if that probe misses some are the missing buckets
+    inserted empty (in key order) and locked in turn. The sums are
     formed here and written back with the counters in one ``UPDATE ... FROM`` that finds each
     row by its physical row id, one new row version per bucket. A vector no delta changes is
     neither read nor written (it keeps its stored value, TOAST pointer and all). Neither the
@@ -107,7 +107,7 @@ def apply_deltas(session: Session, model: str, deltas: Mapping[BucketKey, Bucket
     locked = backend.locked_bucket_rows(session, params, changed)
     if len(locked) < len(keys):
         missing = sorted(set(range(len(keys))) - {row[0] for row in locked})
-        _insert_empty(session, model, missing)
+        _insert_missing(session, model)
         locked += backend.locked_bucket_rows(session, params, changed, only=missing)
     vectors = []
     for k, row_id, *blobs in locked:
@@ -138,19 +138,24 @@ def apply_deltas(session: Session, model: str, deltas: Mapping[BucketKey, Bucket
     )
 
 
-def _insert_empty(session: Session, model: str, ks: Sequence[int]) -> None:
-    """Insert empty buckets for the staged deltas ``ks``, in key order; a bucket a concurrent
-    writer has just inserted is left to it."""
+def _insert_missing(session: Session, model: str) -> None:
+    """Insert an empty bucket for every staged delta without a stored one, in key order; a
+    bucket a concurrent writer has just inserted is left to it. Each staged key is one probe of
+    the primary key (fenced from the planner), whatever the number of buckets stored."""
+    fence = backend_of(session).probe_fence
     session.execute(
         text(
             "INSERT INTO calibration_buckets (model, slice, resolution, bucket_start,"
             " contract_id, n_predictions, n_labeled, unlabeled_expected_correct,"
-            " unlabeled_expected_square) SELECT :model, s.slice, s.resolution, s.bucket_start,"
-            " s.contract_id, 0, 0, 0, 0 FROM stage_bucket_deltas s"
-            f" WHERE s.k IN :ks ORDER BY {_KEY_ORDER}"
+            " unlabeled_expected_square) SELECT CAST(:model AS VARCHAR), s.slice, s.resolution,"
+            " s.bucket_start, s.contract_id, 0, 0, 0, 0 FROM stage_bucket_deltas s WHERE NOT"
+            " EXISTS (SELECT 1 FROM calibration_buckets b"
+            " WHERE b.model = CAST(:model AS VARCHAR) AND b.slice = s.slice"
+            " AND b.resolution = s.resolution AND b.bucket_start = s.bucket_start"
+            f" AND b.contract_id = s.contract_id{fence}) ORDER BY {_KEY_ORDER}"
             " ON CONFLICT DO NOTHING"
-        ).bindparams(bindparam("ks", expanding=True)),
-        {"model": model, "ks": list(ks)},
+        ),
+        {"model": model},
     )
 
 
