@@ -64,9 +64,9 @@ def apply_deltas(session: Session, model: str, deltas: Mapping[BucketKey, Bucket
     The deltas are staged (one row each, ``k`` their index in key order); the touched buckets
     are locked in key order, one primary-key probe each, and the vectors (``VECTORS``) that the
     deltas change are read with them; only if that probe misses some are the missing buckets
-    inserted empty (in key order) and locked in turn. The sums are
-    formed here and written back with the counters in one ``UPDATE ... FROM`` that finds each
-    row by its physical row id, one new row version per bucket. A vector no delta changes is
+    inserted empty (in key order) and locked in turn. The sums are formed here and written back
+    with the counters in one ``UPDATE ... FROM`` that finds each row by its physical row id,
+    one new row version per bucket. A vector no delta changes is
     neither read nor written (it keeps its stored value, TOAST pointer and all). Neither the
     statements' size nor their cost grows with the number of buckets a model has, only with
     the number a batch touches; a batch whose buckets all exist (every label batch: its

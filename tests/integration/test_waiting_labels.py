@@ -18,6 +18,7 @@ from service.db import staging
 from service.db.database import Database
 from service.stream import prediction_store
 from tests.integration.conftest import BACKEND
+from tests.integration.test_served import wait_until
 
 NOW = datetime(2026, 11, 1, tzinfo=UTC)
 
@@ -108,15 +109,15 @@ def test_a_label_a_concurrent_batch_commits_first_counts_as_stored_before(db: Da
         thread.start()
         if BACKEND == "postgresql":
             with db.session() as observer:
-                deadline = time.monotonic() + 30
-                while not observer.scalar(
-                    text(
-                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                        " AND datname = current_database()"
-                    )
-                ):
-                    assert time.monotonic() < deadline, "the second batch never waited"
-                    time.sleep(0.02)
+                waiting_on_a_lock = text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND datname = current_database()"
+                )
+                wait_until(
+                    lambda: observer.scalar(waiting_on_a_lock),
+                    30,
+                    "the second batch to wait on the first's label",
+                )
         else:
             time.sleep(0.5)
         first.commit()
