@@ -58,7 +58,10 @@ class Backend(Protocol):
     #: on PostgreSQL, where a planner with stale statistics may otherwise hash a whole table).
     probe_fence: str
     #: Matches a bucket row ``b`` with the staged row ``v`` that carries its ``row_id`` (as
-    #: returned by ``locked_bucket_rows``).
+    #: returned by ``locked_bucket_rows``), and confines ``b`` to the rows listed in the
+    #: ``:row_ids`` parameter: the rows are then fetched by their ids whatever the planner
+    #: believes of the table (PostgreSQL with stale statistics may otherwise hash every bucket
+    #: row of the model to join a few).
     row_id_match: str
 
     def insert(self, table: Table) -> Insert:

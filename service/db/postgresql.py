@@ -56,7 +56,7 @@ class PostgreSQL:
 
     name = "postgresql"
     probe_fence = " OFFSET 0"
-    row_id_match = "b.ctid = CAST(v.row_id AS tid)"
+    row_id_match = "b.ctid = CAST(v.row_id AS tid) AND b.ctid = ANY(CAST(:row_ids AS tid[]))"
 
     def insert(self, table: Table) -> postgresql.Insert:
         return postgresql.insert(table)

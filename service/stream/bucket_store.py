@@ -66,8 +66,10 @@ def apply_deltas(session: Session, model: str, deltas: Mapping[BucketKey, Bucket
     deltas change are read with them; only if that probe misses some are the missing buckets
     inserted empty (in key order) and locked in turn. The sums are formed here and written back
     with the counters in one ``UPDATE ... FROM`` that finds each row by its physical row id,
-    one new row version per bucket. A vector no delta changes is
-    neither read nor written (it keeps its stored value, TOAST pointer and all). Neither the
+    one new row version per bucket. The ids are also passed as a list the rows must be in, so
+    that a planner whose statistics undercount the model's buckets still fetches the rows by
+    id rather than hashing every bucket row of the model. A vector no delta changes is neither
+    read nor written (it keeps its stored value, TOAST pointer and all). Neither the
     statements' size nor their cost grows with the number of buckets a model has, only with
     the number a batch touches; a batch whose buckets all exist (every label batch: its
     predictions made them) inserts nothing.
@@ -134,7 +136,7 @@ def apply_deltas(session: Session, model: str, deltas: Mapping[BucketKey, Bucket
             " FROM stage_bucket_vectors v JOIN stage_bucket_deltas s ON s.k = v.k"
             f" WHERE b.model = :model AND {backend.row_id_match}"
         ),
-        params,
+        {**params, "row_ids": [row[1] for row in vectors]},
     )
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
-from sqlalchemy import event
+import pytest
+from sqlalchemy import event, text
 from sqlalchemy.orm import Session
 
 from service.db.database import Database
 from service.stream.bucket_store import BucketDelta, BucketKey, apply_deltas, window_totals
+from tests.integration.conftest import BACKEND
 
 HOUR = datetime(2026, 11, 1, 10, tzinfo=UTC)
 
@@ -68,3 +70,38 @@ def test_only_missing_buckets_are_inserted_and_every_sum_is_exact(db: Database) 
             for d in added:
                 expected = expected + getattr(d, name)
             np.testing.assert_array_equal(getattr(totals, name), expected)
+
+
+def _bucket_rows_read(session: Session) -> int:
+    """Rows of ``calibration_buckets`` this backend has read so far (its pending statistics)."""
+    return int(
+        session.execute(
+            text(
+                "SELECT seq_tup_read + COALESCE(idx_tup_fetch, 0) FROM pg_stat_xact_user_tables"
+                " WHERE relname = 'calibration_buckets'"
+            )
+        ).scalar_one()
+    )
+
+
+@pytest.mark.skipif(BACKEND != "postgresql", reason="the PostgreSQL planner's join methods")
+def test_a_batch_reads_only_the_buckets_it_touches_whatever_the_join_method(db: Database) -> None:
+    """Of a model's 3,000 buckets, a batch that adds to three reads a handful, even when the
+    planner may not loop over the staged rows (as it may not when its statistics are stale)."""
+    stored = {_key(5 * i): _delta(i) for i in range(3_000)}
+    with db.session() as session:
+        apply_deltas(session, "m", stored)
+        session.commit()
+    touched = {_key(5 * i): _delta(10_000 + i) for i in (1, 1_500, 2_999)}
+    with db.session() as session:
+        session.execute(text("SET LOCAL enable_nestloop = off"))
+        before = _bucket_rows_read(session)
+        apply_deltas(session, "m", touched)
+        read = _bucket_rows_read(session) - before
+        session.commit()
+    assert read <= 10 * len(touched), read
+    with db.session() as session:
+        totals = window_totals(session, "m", "all", [("5m", HOUR, HOUR + timedelta(days=11))])
+    by_start = {t.bucket_start: t for t in totals}
+    for key, delta in touched.items():
+        assert by_start[key[2]].n_predictions == stored[key].n_predictions + delta.n_predictions
