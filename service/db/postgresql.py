@@ -151,12 +151,14 @@ class PostgreSQL:
         aggregates what it inserted into one row of arrays, fetched in binary (a row per label
         would cost the service more to decode than the statement costs the database).
 
-        The labels already stored are left out by a probe of the labels' primary key and the
-        rest inserted plainly, under a savepoint: a label id that a concurrent transaction
-        commits in between breaks the unique key, and the batch is then recorded by the same
-        statement with ``ON CONFLICT DO NOTHING``. The plain insert is the usual path because a
-        speculative insert (``ON CONFLICT``) costs PostgreSQL about twice as much per row: it
-        checks the key, inserts with a token and confirms each row in the WAL.
+        The labels are first inserted plainly, under a savepoint, on the bet that none is
+        stored yet: the insert's own check of the primary key is then the only probe of
+        ``labels``. A label stored before (a resent batch) or committed meanwhile by a
+        concurrent transaction breaks the unique key; the batch is then recorded by the same
+        statement with ``ON CONFLICT DO NOTHING``, which skips the stored ones. The plain
+        insert is the usual path because a speculative insert (``ON CONFLICT``) costs
+        PostgreSQL about twice as much per row: it checks the key, inserts with a token and
+        confirms each row in the WAL.
         """
         try:
             with session.begin_nested():
@@ -175,23 +177,20 @@ class PostgreSQL:
         session: Session, params: Mapping[str, Any], *, speculative: bool
     ) -> tuple[Any, ...]:
         """The label statement, with an ``ON CONFLICT`` insert (``speculative``) or with a
-        plain insert of the staged labels that a probe finds not stored."""
+        plain insert of every staged label."""
         probe = _prediction_by_id("s.id", _FOUND_COLUMNS, "%(model)s")
-        new = (
-            " WHERE NOT EXISTS (SELECT 1 FROM labels l WHERE l.model = %(model)s AND l.id = s.id"
-            " OFFSET 0)"
-        )
         insert = (
             "INSERT INTO labels (model, id, label, ts, received_at, joined)"
             " SELECT %(model)s, id, label, ts, %(now)s, contract_id IS NOT NULL FROM found"
         )
+        inserted = "found f"
         if speculative:
-            new, insert = "", f"{insert} ON CONFLICT (model, id) DO NOTHING RETURNING id"
-        inserted = "found f JOIN ins ON ins.id = f.id" if speculative else "found f"
+            insert = f"{insert} ON CONFLICT (model, id) DO NOTHING RETURNING id"
+            inserted = "found f JOIN ins ON ins.id = f.id"
         joined = "FILTER (WHERE contract_id IS NOT NULL)"
         statement = (
             "WITH found AS (SELECT s.id, s.label, s.ts, p.contract_id, p.ts AS pts, p.slices,"
-            f" p.inputs FROM stage_labels s LEFT JOIN LATERAL ({probe}) p ON true{new}),"
+            f" p.inputs FROM stage_labels s LEFT JOIN LATERAL ({probe}) p ON true),"
             f" ins AS ({insert})"
             f" SELECT array_agg(f.id) {joined}, array_agg(f.label) {joined},"
             f" array_agg({_epoch('f.ts')}) {joined}, array_agg(f.contract_id) {joined},"

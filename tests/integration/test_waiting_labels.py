@@ -92,8 +92,8 @@ def test_a_batch_meets_the_waiting_labels_without_a_nested_loop(db: Database) ->
 
 
 def test_a_label_a_concurrent_batch_commits_first_counts_as_stored_before(db: Database) -> None:
-    """The second batch misses the first's uncommitted label in its probe, waits on its key,
-    and records it as stored before (no error, nothing lost) once the first commits."""
+    """The second batch's insert waits on the key of the first's uncommitted label and, once
+    the first commits, records it as stored before (no error, nothing lost)."""
     outcome: dict[str, Any] = {}
 
     def second() -> None:
@@ -126,3 +126,24 @@ def test_a_label_a_concurrent_batch_commits_first_counts_as_stored_before(db: Da
     assert (joined.ids, waiting, stored) == ([], ["a"], {"x": 1})
     with db.session() as session:
         assert prediction_store.count_waiting_labels(session, "m") == 2
+
+
+def test_resent_and_overlapping_batches_keep_the_labels_stored_first(db: Database) -> None:
+    """A batch holding labels stored before (all of them, or some) stores only the new ones
+    and reports the others with the label stored first, whatever it says now."""
+    with db.session() as session:
+        store_waiting_labels(session, ["a", "b"])
+        session.commit()
+    batches = {
+        "resent": ([("a", 1, NOW), ("b", 1, NOW)], [], {"a": 1, "b": 1}),
+        "overlapping": ([("b", 3, NOW), ("c", 2, NOW), ("d", 0, NOW)], ["c", "d"], {"b": 1}),
+        "fresh": ([("e", 4, NOW)], ["e"], {}),
+    }
+    for name, (labels, new, stored_before) in batches.items():
+        with db.session() as session:
+            joined, waiting, stored = prediction_store.record_labels(session, "m", labels, NOW)
+            session.commit()
+        assert (joined.ids, waiting, stored) == ([], new, stored_before), name
+    with db.session() as session:
+        rows = session.execute(text("SELECT id, label FROM labels WHERE model = 'm' ORDER BY id"))
+        assert [tuple(r) for r in rows] == [("a", 1), ("b", 1), ("c", 2), ("d", 0), ("e", 4)]
