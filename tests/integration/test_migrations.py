@@ -8,7 +8,7 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import text
+from sqlalchemy import Engine, text
 
 from service.db.database import make_engine
 from service.db.migrate import alembic_config, current_revisions, head_revisions, script_location
@@ -28,6 +28,20 @@ def _revision_module(filename: str):  # type: ignore[no-untyped-def]
 
 REVISION_0010 = _revision_module("0010_hot_table_storage.py")
 THRESHOLDS = REVISION_0010.THRESHOLDS
+REVISION_0013 = _revision_module("0013_bucket_fillfactor.py")
+
+
+def _storage_options(engine: Engine, tables: list[str]) -> dict[str, dict[str, str]]:
+    """``ALTER TABLE ... SET`` parameters of ``tables`` (PostgreSQL's ``reloptions``)."""
+    with engine.connect() as connection:
+        rows = connection.execute(
+            text("SELECT relname, reloptions FROM pg_class WHERE relname = ANY(:names)"),
+            {"names": tables},
+        )
+        return {
+            name: dict(option.split("=", 1) for option in (reloptions or []))
+            for name, reloptions in rows
+        }
 
 
 def test_single_head() -> None:
@@ -58,19 +72,11 @@ def test_hot_tables_carry_their_storage_settings(fresh_empty_url: str) -> None:
     """Revision 0010 sets every threshold and column compression it lists, and its downgrade
     takes them all back."""
     config = alembic_config(fresh_empty_url)
-    command.upgrade(config, "head")
+    command.upgrade(config, "0010")
     engine = make_engine(fresh_empty_url)
 
     def options() -> dict[str, dict[str, str]]:
-        with engine.connect() as connection:
-            rows = connection.execute(
-                text("SELECT relname, reloptions FROM pg_class WHERE relname = ANY(:names)"),
-                {"names": list(THRESHOLDS)},
-            )
-            return {
-                name: dict(option.split("=", 1) for option in (reloptions or []))
-                for name, reloptions in rows
-            }
+        return _storage_options(engine, list(THRESHOLDS))
 
     def compression() -> dict[tuple[str, str], str]:
         with engine.connect() as connection:
@@ -94,6 +100,26 @@ def test_hot_tables_carry_their_storage_settings(fresh_empty_url: str) -> None:
         command.downgrade(config, "0009")
         assert options() == {name: {} for name in THRESHOLDS}
         assert compression() == {key: "" for key in lz4_columns}
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.skipif(BACKEND != "postgresql", reason="fillfactor is PostgreSQL's")
+def test_bucket_pages_keep_room_for_new_row_versions(fresh_empty_url: str) -> None:
+    """Revision 0013 sets the fillfactor of every table it lists, beside the thresholds of
+    revision 0010, and its downgrade takes it back."""
+    config = alembic_config(fresh_empty_url)
+    command.upgrade(config, "head")
+    engine = make_engine(fresh_empty_url)
+    tables = list(REVISION_0013.FILLFACTOR)
+    try:
+        expected = {
+            table: {**THRESHOLDS.get(table, {}), "fillfactor": str(percent)}
+            for table, percent in REVISION_0013.FILLFACTOR.items()
+        }
+        assert _storage_options(engine, tables) == expected
+        command.downgrade(config, "0012")
+        assert _storage_options(engine, tables) == {t: THRESHOLDS.get(t, {}) for t in tables}
     finally:
         engine.dispose()
 
