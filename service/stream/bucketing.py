@@ -14,6 +14,7 @@ from service.calibration import (
 )
 from service.calibration.binning import bin_index, is_equal_width
 from service.calibration.calibrators import binary_log_odds, temperature_of
+from service.calibration.grouping import group_sums
 from service.calibration.packing import StatsLayout, pack_groups
 from service.calibration.refit import grouped_knot_sums
 from service.calibration.stats import grouped_stats
@@ -99,13 +100,14 @@ def _slice_combos(slices: Sequence[Sequence[str]]) -> tuple[list[str], list[list
     return list(names), combo_slices, combo_of_row
 
 
-def _sum_by(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sum the rows of (P, C) ``values`` that share a key of (P,) int64 ``keys``: ``(distinct
-    keys ascending, (D, C) sums)``."""
-    order = np.argsort(keys, kind="stable")
-    ordered = keys[order]
-    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
-    return ordered[starts], np.add.reduceat(values[order], starts, axis=0)
+def _sum_by(
+    keys: np.ndarray, values: np.ndarray, rows: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Sum rows of (R, C) ``values`` by (P,) int64 ``keys``: entry p adds row ``rows[p]`` (row
+    p without ``rows``) into the sum of ``keys[p]``. Returns ``(distinct keys ascending, (D, C)
+    sums)``, each summed in the order of p (``group_sums``)."""
+    distinct, target = np.unique(keys, return_inverse=True)
+    return distinct, group_sums(values, target, distinct.size, rows)
 
 
 def _group_columns(
@@ -195,7 +197,9 @@ def bucket_deltas(
             slice_ids.append(np.full(groups.size, sid, dtype=np.int64))
     source = np.concatenate(sources)
     slice_of = np.concatenate(slice_ids)
-    fine_keys, fine_sums = _sum_by((slice_of << _KEY_SHIFT) | group_fine[source], columns[source])
+    fine_keys, fine_sums = _sum_by(
+        (slice_of << _KEY_SHIFT) | group_fine[source], columns, rows=source
+    )
     per_hour = HOUR // FINE
     hour_keys, hour_sums = _sum_by(
         (fine_keys & ~_LOW) | ((fine_keys & _LOW) // per_hour), fine_sums
