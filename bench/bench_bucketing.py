@@ -17,11 +17,13 @@ import statistics
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 import numpy as np
 
 from service.calibration import DriftPolicy, TemperatureCalibrator
 from service.contracts.model import Baseline, Contract, ContractSpec, DataWindow, Split
+from service.stream.bucket_store import BucketDelta, BucketKey
 from service.stream.bucketing import bucket_deltas
 
 SECONDS_PER_PREDICTION = 30 * 86400 / 10_000_000
@@ -47,7 +49,14 @@ def contract(classes: int) -> Contract:
     return Contract("c-1", 1, spec, datetime(2026, 11, 1, tzinfo=UTC), "bench", "0" * 64)
 
 
-def batch(items: int, classes: int, displaced: float, seed: int) -> dict[str, object]:
+class Batch(NamedTuple):
+    seconds: np.ndarray
+    slices: list[list[str]]
+    inputs: np.ndarray
+    labels: np.ndarray
+
+
+def batch(items: int, classes: int, displaced: float, seed: int) -> Batch:
     """Event seconds, slices and logits of one batch; ``displaced`` of its rows anywhere in
     30 days, the others in one span of ``items`` consecutive predictions."""
     rng = np.random.default_rng(seed)
@@ -56,12 +65,12 @@ def batch(items: int, classes: int, displaced: float, seed: int) -> dict[str, ob
     moved = rng.random(items) < displaced
     seconds[moved] = start + rng.integers(0, 30 * 86400, int(moved.sum()))
     regions = rng.integers(0, len(REGIONS), items)
-    return {
-        "seconds": seconds,
-        "slices": [["all", f"region={REGIONS[r]}"] for r in regions],
-        "inputs": rng.normal(size=(items, classes)) * 2,
-        "labels": rng.integers(0, classes, items),
-    }
+    return Batch(
+        seconds=seconds,
+        slices=[["all", f"region={REGIONS[r]}"] for r in regions],
+        inputs=rng.normal(size=(items, classes)) * 2,
+        labels=rng.integers(0, classes, items),
+    )
 
 
 def cpu_times(run: Callable[[], object], repeats: int) -> tuple[float, float]:
@@ -86,18 +95,31 @@ def main() -> None:
     predictions = batch(args.items, args.classes, 0.0, 1)
     labels = batch(args.items, args.classes, 0.03, 2)
 
-    def ingest() -> object:
-        unlabeled = np.full(args.items, -1)
-        return bucket_deltas(model, **{**predictions, "labels": unlabeled}, new=True)
+    def ingest() -> dict[BucketKey, BucketDelta]:
+        return bucket_deltas(
+            model,
+            seconds=predictions.seconds,
+            slices=predictions.slices,
+            inputs=predictions.inputs,
+            labels=np.full(args.items, -1),
+            new=True,
+        )
 
-    def label() -> object:
-        return bucket_deltas(model, **labels, new=False)
+    def label() -> dict[BucketKey, BucketDelta]:
+        return bucket_deltas(
+            model,
+            seconds=labels.seconds,
+            slices=labels.slices,
+            inputs=labels.inputs,
+            labels=labels.labels,
+            new=False,
+        )
 
     header = f"batch of {args.items:,} (K = {args.classes})"
     print(f"| {header} | buckets | median ms | best ms | µs per item |")
     print("|---|---|---|---|---|")
     for name, run in (("predictions", ingest), ("labels, 3% displaced", label)):
-        buckets = len(run())  # type: ignore[arg-type]
+        buckets = len(run())
         median, best = cpu_times(run, args.repeats)
         per_item = median * 1000 / args.items
         print(f"| {name} | {buckets:,} | {median:.1f} | {best:.1f} | {per_item:.2f} |")
