@@ -12,18 +12,16 @@ time per batch and per item.
 
 from __future__ import annotations
 
-import argparse
-import statistics
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import NamedTuple
 
 import numpy as np
+from bench_parse import batch_arguments, timed
 
 from service.calibration import DriftPolicy, TemperatureCalibrator
 from service.contracts.model import Baseline, Contract, ContractSpec, DataWindow, Split
-from service.stream.bucket_store import BucketDelta, BucketKey
 from service.stream.bucketing import bucket_deltas
 
 SECONDS_PER_PREDICTION = 30 * 86400 / 10_000_000
@@ -73,54 +71,32 @@ def batch(items: int, classes: int, displaced: float, seed: int) -> Batch:
     )
 
 
-def cpu_times(run: Callable[[], object], repeats: int) -> tuple[float, float]:
-    """Median and best CPU time of ``run`` in milliseconds, after three warm-up runs."""
-    for _ in range(3):
-        run()
-    times = []
-    for _ in range(repeats):
-        start = time.process_time()
-        run()
-        times.append(time.process_time() - start)
-    return statistics.median(times) * 1000, min(times) * 1000
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--items", type=int, default=10_000)
-    parser.add_argument("--classes", type=int, default=10)
-    parser.add_argument("--repeats", type=int, default=25)
-    args = parser.parse_args()
+    args = batch_arguments(__doc__.splitlines()[0])
     model = contract(args.classes)
     predictions = batch(args.items, args.classes, 0.0, 1)
     labels = batch(args.items, args.classes, 0.03, 2)
 
-    def ingest() -> dict[BucketKey, BucketDelta]:
-        return bucket_deltas(
+    def deltas(rows: Batch, labels: np.ndarray, new: bool) -> Callable[[], dict]:
+        return lambda: bucket_deltas(
             model,
-            seconds=predictions.seconds,
-            slices=predictions.slices,
-            inputs=predictions.inputs,
-            labels=np.full(args.items, -1),
-            new=True,
+            seconds=rows.seconds,
+            slices=rows.slices,
+            inputs=rows.inputs,
+            labels=labels,
+            new=new,
         )
 
-    def label() -> dict[BucketKey, BucketDelta]:
-        return bucket_deltas(
-            model,
-            seconds=labels.seconds,
-            slices=labels.slices,
-            inputs=labels.inputs,
-            labels=labels.labels,
-            new=False,
-        )
-
+    runs = (
+        ("predictions", deltas(predictions, np.full(args.items, -1), True)),
+        ("labels, 3% displaced", deltas(labels, labels.labels, False)),
+    )
     header = f"batch of {args.items:,} (K = {args.classes})"
     print(f"| {header} | buckets | median ms | best ms | µs per item |")
     print("|---|---|---|---|---|")
-    for name, run in (("predictions", ingest), ("labels, 3% displaced", label)):
+    for name, run in runs:
         buckets = len(run())
-        median, best = cpu_times(run, args.repeats)
+        median, best = timed(run, args.repeats, clock=time.process_time)
         per_item = median * 1000 / args.items
         print(f"| {name} | {buckets:,} | {median:.1f} | {best:.1f} | {per_item:.2f} |")
 
