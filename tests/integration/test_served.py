@@ -159,7 +159,17 @@ def stream_some(server: Served, model: str, n: int, batches: int) -> None:
         assert sum(pool.map(send, range(batches))) == n * batches
 
 
+def workers_that_answered(server: Served) -> int:
+    """Send a few concurrent requests; how many worker processes have answered one so far
+    (each keeps its own request-duration file in the multiprocess directory)."""
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(lambda _: server.call("GET", "/healthz"), range(8)))
+    return len(list(server.metrics_dir.glob("histogram_*.db")))
+
+
 def test_counters_add_up_across_two_workers(served: Served) -> None:
+    # The server answers once one worker is up; the other may still be booting.
+    wait_until(lambda: workers_that_answered(served) >= 2, 30, "both workers to answer")
     stream_some(served, "busy", n=20, batches=24)
     for _ in range(12):
         status, text = served.call("GET", "/metrics", token=None)
