@@ -12,7 +12,12 @@ from service.calibration.grouping import group_sums
 _FINITE = st.floats(-1e12, 1e12, allow_nan=False, allow_infinity=False, allow_subnormal=True)
 
 
-def _one_row_at_a_time(values: np.ndarray, group: np.ndarray, n_groups: int, rows) -> np.ndarray:  # type: ignore[no-untyped-def]
+Case = tuple[np.ndarray, np.ndarray, int, np.ndarray | None]
+
+
+def _one_row_at_a_time(
+    values: np.ndarray, group: np.ndarray, n_groups: int, rows: np.ndarray | None
+) -> np.ndarray:
     out = np.zeros((n_groups, values.shape[1]))
     for p, g in enumerate(group):
         out[g] += values[p if rows is None else rows[p]]
@@ -20,33 +25,25 @@ def _one_row_at_a_time(values: np.ndarray, group: np.ndarray, n_groups: int, row
 
 
 @st.composite
-def grouped_rows(draw):  # type: ignore[no-untyped-def]
+def grouped_rows(draw: st.DrawFn) -> Case:
+    """Values, a group per entry, and either a row per entry or (without rows) one entry per
+    row of values."""
     n_rows = draw(st.integers(1, 40))
-    width = draw(st.integers(1, 6))
-    values = draw(hnp.arrays(np.float64, (n_rows, width), elements=_FINITE))
+    values = draw(hnp.arrays(np.float64, (n_rows, draw(st.integers(1, 6))), elements=_FINITE))
     n_groups = draw(st.integers(1, 8))
     n_entries = draw(st.integers(0, 60))
-    group = np.array(
-        draw(st.lists(st.integers(0, n_groups - 1), min_size=n_entries, max_size=n_entries)),
-        dtype=np.int64,
-    )
-    rows = draw(
-        st.none()
-        | st.lists(st.integers(0, n_rows - 1), min_size=n_entries, max_size=n_entries).map(
-            lambda r: np.array(r, dtype=np.int64)
-        )
-    )
-    if rows is None and n_entries > n_rows:
-        group = group[:n_rows]
-    return values, group, n_groups, rows
+    group = draw(hnp.arrays(np.int64, n_entries, elements=st.integers(0, n_groups - 1)))
+    if draw(st.booleans()):
+        rows = draw(hnp.arrays(np.int64, n_entries, elements=st.integers(0, n_rows - 1)))
+        return values, group, n_groups, rows
+    entries = min(n_entries, n_rows)
+    return values[:entries], group[:entries], n_groups, None
 
 
 @settings(max_examples=300, deadline=None)
 @given(grouped_rows())
-def test_each_group_adds_its_rows_in_entry_order_from_zero(case) -> None:  # type: ignore[no-untyped-def]
+def test_each_group_adds_its_rows_in_entry_order_from_zero(case: Case) -> None:
     values, group, n_groups, rows = case
-    if rows is None:
-        values = values[: group.size]
     got = group_sums(values, group, n_groups, rows)
     assert got.shape == (n_groups, values.shape[1])
     assert np.array_equal(got, _one_row_at_a_time(values, group, n_groups, rows))
