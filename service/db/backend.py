@@ -64,6 +64,9 @@ class Backend(Protocol):
     #: row of the model to join a few).
     row_id_match: str
 
+    def row_ids(self, ids: Sequence[Any]) -> Any:
+        """The ``:row_ids`` parameter of ``row_id_match`` for the row ids ``ids``."""
+
     def insert(self, table: Table) -> Insert:
         """An ``INSERT`` that supports ``ON CONFLICT`` (``on_conflict_do_nothing/update``)."""
 

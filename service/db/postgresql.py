@@ -58,6 +58,12 @@ class PostgreSQL:
     probe_fence = " OFFSET 0"
     row_id_match = "b.ctid = CAST(v.row_id AS tid) AND b.ctid = ANY(CAST(:row_ids AS tid[]))"
 
+    def row_ids(self, ids: Sequence[str]) -> str:
+        """The text form of the ``tid[]`` (``{"(0,1)","(0,2)"}``), built in one join: a list
+        parameter would have psycopg escape every element on its own (a regular expression
+        each, 6.5 ms for a label batch's 1,300 ids)."""
+        return "{" + ",".join(f'"{row_id}"' for row_id in ids) + "}"
+
     def insert(self, table: Table) -> postgresql.Insert:
         return postgresql.insert(table)
 

@@ -36,6 +36,10 @@ class SQLite:
     probe_fence = ""
     row_id_match = "b.rowid = v.row_id"
 
+    def row_ids(self, ids: Sequence[int]) -> None:
+        """``row_id_match`` takes no list: SQLite joins on the ``rowid`` alone."""
+        return None
+
     def insert(self, table: Table) -> sqlite.Insert:
         return sqlite.insert(table)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -136,14 +136,8 @@ def apply_deltas(session: Session, model: str, deltas: Mapping[BucketKey, Bucket
             " FROM stage_bucket_vectors v JOIN stage_bucket_deltas s ON s.k = v.k"
             f" WHERE b.model = :model AND {backend.row_id_match}"
         ),
-        {**params, "row_ids": _array_literal(row[1] for row in vectors)},
+        {**params, "row_ids": backend.row_ids([row[1] for row in vectors])},
     )
-
-
-def _array_literal(row_ids: Iterable[str]) -> str:
-    """The text form of an array of row ids (``{"(0,1)","(0,2)"}``), built in one join: a
-    list parameter would have the driver escape every element on its own."""
-    return "{" + ",".join(f'"{row_id}"' for row_id in row_ids) + "}"
 
 
 def _insert_missing(session: Session, model: str) -> None:
