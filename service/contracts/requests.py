@@ -243,6 +243,8 @@ CALIBRATOR_SCHEMA: dict[str, Any] = {
 
 def _baseline(value: Any, path: str, errors: ErrorCollector, context: Context) -> Any:
     values = context.values
+    if values.get("task") is None:
+        return None
     return parse_baseline(
         value,
         errors,

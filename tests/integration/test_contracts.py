@@ -517,6 +517,20 @@ REQUIRED_READING_FIELDS = [
 ]
 
 
+@pytest.mark.parametrize("task", [None, "regression", {"task": "binary"}])
+def test_a_baseline_beside_a_missing_or_unknown_task_is_422_naming_the_task(
+    client: FlaskClient, auth: Auth, task: Any
+) -> None:
+    body = registration_body(fit(client, auth), model="target")
+    if task is None:
+        del body["task"]
+    else:
+        body["task"] = task
+    response = client.post("/v1/contracts", json=body, headers=auth.headers())
+    assert response.status_code == 422, response.get_json()
+    assert "task" in errors_of(response)
+
+
 @pytest.mark.parametrize("missing", REQUIRED_READING_FIELDS)
 def test_a_baseline_reading_without_a_required_field_is_422_naming_it(
     client: FlaskClient, auth: Auth, missing: str
