@@ -146,6 +146,49 @@ def test_binary_derivatives_match_finite_differences():
     np.testing.assert_allclose(sums[2], (plus[1] - minus[1]) / (2 * h), rtol=1e-6, atol=1e-6)
 
 
+def direct_multiclass_knot_values(z, y, T0):
+    """Per row, the (N, 3, J) loss, slope and curvature at every knot, each knot on its own
+    (``p = softmax(s z / T0)`` from ``log_softmax``, no shared exponentials), and the (N, J)
+    scale ``(1 + s gap)^2`` of their rounding, ``gap`` the row's widest scaled logit gap."""
+    x = z / T0
+    rows = np.arange(len(y))
+    gap = x.max(axis=1) - x.min(axis=1)
+    out = np.empty((len(y), 3, N_KNOTS))
+    scale = np.empty((len(y), N_KNOTS))
+    for j, u in enumerate(REFIT_KNOTS):
+        s = math.exp(-u)
+        log_p = log_softmax(z, T0 * math.exp(u))
+        p = np.exp(log_p)
+        mean = (p * x).sum(axis=1)
+        var = (p * (x - mean[:, None]) ** 2).sum(axis=1)
+        slope = -s * (mean - x[rows, y])
+        out[:, 0, j] = -log_p[rows, y]
+        out[:, 1, j] = slope
+        out[:, 2, j] = s * s * var - slope
+        scale[:, j] = (1.0 + s * gap) ** 2
+    return out, scale
+
+
+@SETTINGS
+@given(
+    st.integers(0, 2**32 - 1),
+    st.integers(1, 60),
+    st.integers(2, 12),
+    st.floats(math.log(1e-3), math.log(1e3)),
+    st.floats(-2.0, 2.0),
+)
+def test_multiclass_knot_sums_match_each_knot_evaluated_on_its_own(seed, N, K, log_scale, log_t0):
+    """Knots below u = 0 reuse the weights of the knot 18 places up (their 20th power) unless
+    a scaled gap reaches the exponent floor; logits up to 1e3 cover both ways."""
+    rng = np.random.default_rng(seed)
+    z, y = multiclass_data(rng, N, K, math.exp(log_scale), 1.0)
+    T0 = math.exp(log_t0)
+    direct, scale = direct_multiclass_knot_values(z, y, T0)
+    sums = multiclass_knot_sums(z, y, T0)
+    tol = 1e-12 * scale.sum(axis=0)
+    assert (np.abs(sums - direct.sum(axis=0)) <= tol).all()
+
+
 @st.composite
 def labeled_batches(draw):
     """A seeded multiclass or binary batch: (task, inputs, labels, T0)."""
