@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 from sqlalchemy import and_, delete, func, or_, select, text
@@ -80,11 +81,6 @@ def apply_deltas(session: Session, model: str, deltas: Mapping[BucketKey, Bucket
     """
     if not deltas:
         return
-    for delta in deltas.values():
-        for name in VECTORS:
-            vector = getattr(delta, name)
-            if vector is not None and not np.isfinite(vector).all():
-                raise ValueError(f"refusing a non-finite {name} vector: the bucket would be lost")
     keys = sorted(deltas)
     staging.load(
         session,
@@ -111,17 +107,7 @@ def apply_deltas(session: Session, model: str, deltas: Mapping[BucketKey, Bucket
         missing = sorted(set(range(len(keys))) - {row[0] for row in locked})
         _insert_missing(session, model)
         locked += backend.locked_bucket_rows(session, params, changed, only=missing)
-    vectors = []
-    for k, row_id, *blobs in locked:
-        delta = deltas[keys[k]]
-        totals: dict[str, bytes | None] = dict.fromkeys(VECTORS)
-        for name, blob in zip(changed, blobs, strict=True):
-            added = getattr(delta, name)
-            if added is not None:
-                before = _decode(blob)
-                total = added if before is None else before + added
-                totals[name] = np.ascontiguousarray(total, "<f8").tobytes()
-        vectors.append([k, row_id, *totals.values()])
+    vectors = _summed_vectors(deltas, keys, locked, changed)
     staging.load(session, "stage_bucket_vectors", vectors)
     session.execute(
         text(
@@ -138,6 +124,41 @@ def apply_deltas(session: Session, model: str, deltas: Mapping[BucketKey, Bucket
         ),
         {**params, "row_ids": backend.row_ids([row[1] for row in vectors])},
     )
+
+
+def _summed_vectors(
+    deltas: Mapping[BucketKey, BucketDelta],
+    keys: Sequence[BucketKey],
+    locked: Sequence[Sequence[Any]],
+    changed: Sequence[str],
+) -> list[list[Any]]:
+    """The ``stage_bucket_vectors`` rows of the ``locked`` buckets (``k``, row id, then the
+    stored blob of each ``changed`` vector): each vector a delta changes becomes the stored one
+    plus the delta as a ``<f8`` blob, the others None (kept as stored).
+
+    Every sum is checked at once before any is returned: a non-finite delta, or a sum that
+    overflows, is refused (the bucket would be lost)."""
+    slots = [2 + VECTORS.index(name) for name in changed]
+    rows: list[list[Any]] = []
+    sums: list[np.ndarray] = []
+    with np.errstate(over="ignore", invalid="ignore"):
+        for k, row_id, *blobs in locked:
+            delta = deltas[keys[k]]
+            row: list[Any] = [k, row_id, *(None for _ in VECTORS)]
+            for slot, name, blob in zip(slots, changed, blobs, strict=True):
+                added = getattr(delta, name)
+                if added is not None:
+                    total = added if blob is None else np.frombuffer(blob, "<f8") + added
+                    row[slot] = total
+                    sums.append(total)
+            rows.append(row)
+    if sums and not np.isfinite(np.concatenate(sums)).all():
+        raise ValueError("refusing a non-finite bucket vector: the bucket would be lost")
+    for row in rows:
+        for slot in slots:
+            if row[slot] is not None:
+                row[slot] = row[slot].astype("<f8", copy=False).tobytes()
+    return rows
 
 
 def _insert_missing(session: Session, model: str) -> None:

@@ -105,3 +105,36 @@ def test_a_batch_reads_only_the_buckets_it_touches_whatever_the_join_method(db: 
     by_start = {t.bucket_start: t for t in totals}
     for key, delta in touched.items():
         assert by_start[key[2]].n_predictions == stored[key].n_predictions + delta.n_predictions
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "stored"),
+    [
+        ("stats", np.nan, 1.0),
+        ("confidence_counts", np.inf, 1.0),
+        ("stats", 1.7e308, 1.7e308),
+    ],
+    ids=["nan-stats", "inf-counts", "overflowing-sum"],
+)
+def test_a_vector_that_is_or_sums_to_non_finite_is_refused_and_nothing_is_written(
+    db: Database, name: str, value: float, stored: float
+) -> None:
+    """A non-finite delta, or a finite one whose sum with the stored vector overflows, would
+    make the bucket unreadable: the batch is refused and a rollback leaves every bucket as it
+    was, the batch's finite deltas too."""
+    first = {_key(0): _delta(1), _key(5): _delta(2)}
+    getattr(first[_key(5)], name)[:] = stored
+    with db.session() as session:
+        apply_deltas(session, "m", first)
+        session.commit()
+    bad = {_key(0): _delta(3), _key(5): _delta(4)}
+    getattr(bad[_key(5)], name)[0] = value
+    with db.session() as session, pytest.raises(ValueError, match="non-finite"):
+        apply_deltas(session, "m", bad)
+    with db.session() as session:
+        totals = window_totals(session, "m", "all", [("5m", HOUR, HOUR + timedelta(hours=1))])
+    assert len(totals) == 2
+    for totals_of, key in zip(totals, sorted(first), strict=True):
+        assert totals_of.n_predictions == first[key].n_predictions
+        for vector in ("confidence_counts", "stats"):
+            np.testing.assert_array_equal(getattr(totals_of, vector), getattr(first[key], vector))
