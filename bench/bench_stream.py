@@ -13,7 +13,7 @@ serve them on one core) on a fresh PostgreSQL database next to
    key, event times advancing through ``--days`` days; bodies serialised before the clock starts;
    then 20 batches again (all duplicates: the idempotent retry path);
 3. label join: POST /v1/labels for the other 99%, each label 1-4 h after its prediction and sent
-   in label-time order, with 3% of them displaced (out of order);
+   in label-time order, with ``--displaced`` of them (default 3%) displaced (out of order);
 4. reads: the calibration reading over 24 h and over all days, a 30-day history at 1 h steps,
    and /metrics;
 5. ceilings in the same database and run: a bare binary-COPY loop (stage, then
@@ -202,16 +202,19 @@ def prediction_batches(
         yield json.dumps({"model": "bench", "predictions": items}).encode()
 
 
-def label_plan(n: int, offsets: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def label_plan(
+    n: int, offsets: np.ndarray, seed: int, displaced_share: float = 0.03
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(early, in order, label offsets)``: indices of the 1% of labels sent before ingest, the
-    others in sending order (label-time order with 3% displaced), and each label's event time as
+    others in sending order (label-time order with ``displaced_share`` of them moved to random
+    places among each other), and each label's event time as
     seconds after the first prediction (its prediction's plus 1-4 h)."""
     rng = np.random.default_rng(seed)
     label_offsets = offsets + rng.uniform(3600, 4 * 3600, n)
     early_mask = rng.random(n) < 0.01
     order = np.argsort(label_offsets, kind="stable")
     order = order[~early_mask[order]]
-    displaced = rng.choice(len(order), size=int(0.03 * len(order)), replace=False)
+    displaced = rng.choice(len(order), size=int(displaced_share * len(order)), replace=False)
     order[np.sort(displaced)] = order[rng.permutation(displaced)]
     return np.flatnonzero(early_mask), order, label_offsets
 
@@ -408,6 +411,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--ceiling-rows", type=int, default=1_000_000)
+    parser.add_argument(
+        "--displaced", type=float, default=0.03, help="share of the labels sent out of order"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the benchmark database")
     args = parser.parse_args()
     base = os.environ.get("CALMON_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -430,7 +436,7 @@ def main() -> None:
         first = now - timedelta(days=args.days) + timedelta(minutes=1)
         offsets = event_times(n, first, args.days)
         labels = np.random.default_rng(3).integers(0, K, n)
-        early, in_order, label_offsets = label_plan(n, offsets, 4)
+        early, in_order, label_offsets = label_plan(n, offsets, 4, args.displaced)
         _, replies = send_all(
             label_bodies(early, labels, first, label_offsets, args.batch), "/v1/labels", 2
         )
@@ -526,7 +532,7 @@ def main() -> None:
         f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, Python"
         f" {platform.python_version()}; {n:,} predictions over {args.days:g} days,"
         f" batches of {args.batch:,}, {args.workers} workers of {args.threads} thread(s),"
-        f" {args.clients} clients\n"
+        f" {args.clients} clients, {args.displaced:.0%} of the labels out of order\n"
         f"server: {settings}\nsize: {sizes}\n"
     )
     rows_text = [
