@@ -177,6 +177,15 @@ def _twentieth_power(base: FloatArray, out: FloatArray, scratch: FloatArray) -> 
     np.multiply(out, scratch, out=out)
 
 
+def _exponentiated(gaps: FloatArray, s: float, deepest: float, out: FloatArray) -> None:
+    """Set ``out`` to ``exp(max(s gaps, -700))``; the floor is applied only where ``s`` times
+    the ``deepest`` (most negative) gap reaches below it."""
+    np.multiply(gaps, s, out=out)
+    if s * deepest < _EXP_FLOOR:
+        np.maximum(out, _EXP_FLOOR, out=out)
+    np.exp(out, out=out)
+
+
 def _multiclass_chunk(
     x: FloatArray, top: IntArray, y: IntArray, group: IntArray, n_groups: int
 ) -> FloatArray:
@@ -185,35 +194,35 @@ def _multiclass_chunk(
     With ``s = e^{-u_j}`` and the moments of ``p = softmax(s x)``: loss
     ``log1p(R) - s x_y``, slope ``-s (E_p[x] - x_y)``, curvature ``s^2 Var_p(x) - slope``.
     Only the K - 1 gaps below each top class are exponentiated, and only at the knots from
-    u = 0 up: a knot ``ZERO_KNOT`` places below another has 20 times its scale
+    u = 0 up: the knot ``ZERO_KNOT`` places below each has 20 times its scale
     (``e^{18 h} = T_MAX``), so its weights are that knot's to the 20th power wherever no
     scaled gap reaches the floor of -700 (then every power stays a normal number); elsewhere
-    the knot is exponentiated with the floor.
+    it is exponentiated with the floor.
     """
     K, C = x.shape
     below_top = np.ones((C, K), dtype=bool)
     below_top[np.arange(C), top] = False
     others = np.ascontiguousarray(x.T[below_top].reshape(C, K - 1).T)
     others2 = others * others
-    deepest = others.min(initial=0.0)
-    ladder = np.empty((ZERO_KNOT, K - 1, C))
+    deepest = float(others.min(initial=0.0))
     weights = np.empty_like(others)
+    below = np.empty_like(others)
     scratch = np.empty_like(others)
     rows = np.empty((3, C))
     moments = np.empty((n_groups, 3, N_KNOTS))
-    for j in range(N_KNOTS - 1, -1, -1):
-        s = _SCALES[j]
-        if j < ZERO_KNOT and s * deepest >= _EXP_FLOOR:
-            _twentieth_power(ladder[j], weights, scratch)
-        else:
-            np.multiply(others, s, out=weights)
-            if s * deepest < _EXP_FLOOR:
-                np.maximum(weights, _EXP_FLOOR, out=weights)
-            np.exp(weights, out=weights)
-            if ZERO_KNOT <= j < 2 * ZERO_KNOT:
-                ladder[j - ZERO_KNOT] = weights
-        _softmax_moments(weights, others, others2, rows)
-        moments[:, :, j] = _group_sum(rows, group, n_groups)
+    for j in range(ZERO_KNOT, N_KNOTS):
+        _exponentiated(others, _SCALES[j], deepest, weights)
+        knots = [(j, weights)]
+        lower = j - ZERO_KNOT
+        if lower < ZERO_KNOT:
+            if _SCALES[lower] * deepest >= _EXP_FLOOR:
+                _twentieth_power(weights, below, scratch)
+            else:
+                _exponentiated(others, _SCALES[lower], deepest, below)
+            knots.append((lower, below))
+        for knot, knot_weights in knots:
+            _softmax_moments(knot_weights, others, others2, rows)
+            moments[:, :, knot] = _group_sum(rows, group, n_groups)
     x_y = _group_sum(x[y, np.arange(C)][None, :], group, n_groups)
     slope = -_SCALES * (moments[:, 1] - x_y)
     return np.stack(
