@@ -12,7 +12,8 @@ default 15 bins). The upgrade rewrites the ``stats`` vector of every bucket of a
 contract with K M > 1,500 without those 3 K M values. Every other value is kept bit for bit, so
 every reading those buckets still give is unchanged and nothing needs rebuilding (a rebuild
 could not restore buckets whose predictions retention has deleted). Vectors of any other length
-(already rewritten) are left alone. It reads and writes one bucket row at a time.
+(already rewritten) are left alone. It reads and writes one bucket row at a time. Ingest for
+such models must wait for the new code: older code would write the old layout again.
 
 The downgrade gives those vectors back their old length with the class-wise tables as zeros:
 older code then reads them, but its class-wise reliability of such a contract counts only the
