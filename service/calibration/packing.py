@@ -4,6 +4,13 @@ Stored time buckets keep their statistics as one vector each; a window is the el
 its buckets' vectors, unpacked once. Counts travel as float64, exact up to 2**53 rows.
 The layout (task, edges, K, classwise tables, threshold) is not stored in the vector: it comes
 from the contract the statistics belong to.
+
+Size. A multiclass vector holds ``5 + 3 M + K`` statistics, plus ``3 K M`` for the class-wise
+tables when they are kept, plus ``3 J`` = 111 refit knot sums (M bins, K classes, J knots); a
+binary one ``5 + 3 M + 2 + 4 + 2 H + 111`` with H = ``AUC_CELLS``. The class-wise tables grow
+with K times M (2.4 MB a bucket at K = 1,000 and M = 100), so bucket statistics keep them only
+up to ``CLASSWISE_MAX_CELLS`` = 1,500 cells K M (``keeps_classwise``: K <= 100 at the default
+15 bins, K <= 15 at 100 bins); every other part grows with K or M alone.
 """
 
 from __future__ import annotations
@@ -41,6 +48,22 @@ _INTEGER = {
     "positive_hist",
     "negative_hist",
 }
+
+
+#: Bucket statistics keep the class-wise (K, M) tables of a multiclass contract whose K classes
+#: times M bins come to at most this many cells; above it a window's reading has no class-wise
+#: ECE. 1,500 is K = 100 at the default 15 bins: the tables then hold 4,500 values (36 kB), and
+#: no bucket row of any contract calmon accepts (K <= 1,000, M <= 100) exceeds 43 kB. Changing it
+#: changes the stored layout of the buckets of every contract it moves across: that needs a
+#: migration rewriting them (as revision 0014 drops the tables above 1,500 cells).
+CLASSWISE_MAX_CELLS = 1500
+
+
+def keeps_classwise(task: str, n_classes: int, n_bins: int) -> bool:
+    """Whether bucket statistics of ``task`` with K = ``n_classes`` classes and M = ``n_bins``
+    bins keep class-wise tables: multiclass with K M <= ``CLASSWISE_MAX_CELLS`` (binary
+    statistics never have them; K = 2 keeps them at every M calmon accepts, up to 100)."""
+    return task != BINARY and n_classes * n_bins <= CLASSWISE_MAX_CELLS
 
 
 @dataclass(frozen=True)

@@ -538,19 +538,26 @@ def grouped_stats(
     *,
     calibrator: Calibrator = IdentityCalibrator(),  # noqa: B008 - immutable frozen dataclass
     threshold: float = 0.5,
+    classwise: bool = True,
 ) -> dict[str, Any]:
     """Statistics of many groups of rows in one pass: every field with a leading G axis.
 
     ``group`` (N,) assigns each row to a group in 0..G-1 (``n_groups`` = G). Group g's fields
-    equal those of ``multiclass_stats``/``binary_stats`` (classwise tables kept) on its rows.
-    The result is keyed like ``CalibrationStats`` fields; ``packing.pack_rows`` flattens it.
+    equal those of ``multiclass_stats``/``binary_stats`` (with ``classwise`` for multiclass) on
+    its rows; without the class-wise tables no (N, K) probabilities are binned and nothing of
+    size K times M is formed. The result is keyed like ``CalibrationStats`` fields;
+    ``packing.pack_groups`` flattens it.
     """
     g = np.asarray(group, dtype=np.int64)
     e = validate_edges(edges)
     if task == MULTICLASS:
         z = logit_matrix(inputs)
         terms = _multiclass_terms(
-            z, class_labels(labels, z.shape[0], z.shape[1]), e, temperature_of(calibrator), True
+            z,
+            class_labels(labels, z.shape[0], z.shape[1]),
+            e,
+            temperature_of(calibrator),
+            classwise,
         )
     else:
         s = unit_scores(inputs)

@@ -4,10 +4,10 @@
 Bounds on what a client may register (each refused with a 422 naming the field):
 
 * ``classes``: at most ``MAX_CLASSES`` = 1,000 names (K). Every bucket of a model's statistics
-  holds three K x M classwise tables (M bins), so K sets the size of every row written per
-  labeled batch and slice; K = 1,000 with the default 15 bins is 45,000 numbers (360 kB) a
-  bucket. (ImageNet-21k's K = 21,841 would be 7.9 MB a bucket.) Logit rows of K numbers within
-  +-``MAX_ABS_LOGIT`` also keep every statistic finite only for K up to this cap.
+  holds the K label counts, and three K x M classwise tables (M bins) while K M <= 1,500
+  (``service.calibration.packing.CLASSWISE_MAX_CELLS``), so K sets the size of every row
+  written per labeled batch and slice: 12 kB at K = 1,000 and 100 bins. Logit rows of K numbers
+  within +-``MAX_ABS_LOGIT`` also keep every statistic finite only for K up to this cap.
 * ``bin_edges``: at most ``MAX_BIN_EDGES`` = 101 edges (100 bins): finer bins than 0.01 hold too
   few predictions to read, and M multiplies the bucket size as K does.
 * the calibrator's parameters: ``service.calibration.calibrators.check_bounds``.

@@ -15,7 +15,12 @@ from service.calibration import (
 from service.calibration.binning import bin_index, is_equal_width
 from service.calibration.calibrators import binary_log_odds, temperature_of
 from service.calibration.grouping import group_sums
-from service.calibration.packing import StatsLayout, pack_groups
+from service.calibration.packing import (
+    CLASSWISE_MAX_CELLS,
+    StatsLayout,
+    keeps_classwise,
+    pack_groups,
+)
 from service.calibration.refit import grouped_knot_sums
 from service.calibration.stats import grouped_stats
 from service.contracts.model import Contract
@@ -26,15 +31,30 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def layout_of(contract: Contract) -> StatsLayout:
-    """The shape of a contract's bucket statistics."""
+    """The shape of a contract's bucket statistics: class-wise tables only for a multiclass
+    contract of at most ``CLASSWISE_MAX_CELLS`` classes times bins (``keeps_classwise``)."""
     spec = contract.spec
     return StatsLayout(
         task=spec.task,
         edges=spec.bin_edges,
         n_classes=len(spec.classes),
-        classwise=True,
+        classwise=keeps_classwise(spec.task, len(spec.classes), len(spec.bin_edges) - 1),
         threshold=contract.threshold,
         refit=True,
+    )
+
+
+def classwise_note(contract: Contract) -> str | None:
+    """What a reader of a window measured against ``contract`` should know about its class-wise
+    reliability: a note when the contract's buckets keep no class-wise tables, else None."""
+    spec = contract.spec
+    classes, bins = len(spec.classes), len(spec.bin_edges) - 1
+    if spec.task != "multiclass" or keeps_classwise(spec.task, classes, bins):
+        return None
+    return (
+        f"class-wise reliability is kept when classes times bins come to at most"
+        f" {CLASSWISE_MAX_CELLS:,}; this contract has {classes:,} x {bins} = {classes * bins:,},"
+        " so classwise_ece is null"
     )
 
 
@@ -150,6 +170,7 @@ def _group_columns(
                         n_groups,
                         calibrator=contract.calibrator,
                         threshold=contract.threshold,
+                        classwise=layout.classwise,
                     )
                 ),
                 _knot_sums(contract, inputs[rows], labels[rows], group[rows], n_groups),

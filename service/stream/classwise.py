@@ -1,4 +1,5 @@
-"""Class-wise reliability of a window: the (K, M) tables the bucket statistics keep, per class.
+"""Class-wise reliability of a window: the (K, M) tables the bucket statistics keep, per class
+(for multiclass contracts of at most ``packing.CLASSWISE_MAX_CELLS`` classes times bins).
 
 Read-only, from the same buckets as ``readings.calibration_reading``; the caller names the
 contract version whose buckets are summed (a window reading's ``contract``, the newest version
@@ -44,10 +45,11 @@ def classwise_reading(
     session: Session, contract: Contract, window: Window, slice_: str
 ) -> ClasswiseReading | None:
     """The class-wise reliability of ``contract``'s predictions in the window and slice; None
-    for a binary contract (its reliability diagram already is the positive class's)."""
-    if contract.spec.task != "multiclass":
-        return None
+    for a binary contract (its reliability diagram already is the positive class's) and for a
+    multiclass one whose buckets keep no class-wise tables (``bucketing.classwise_note``)."""
     layout = layout_of(contract)
+    if contract.spec.task != "multiclass" or not layout.classwise:
+        return None
     vector = np.zeros(layout.size)
     for totals in bucket_store.window_totals(session, contract.model, slice_, window.tiling()):
         if totals.contract_id == contract.id and totals.stats is not None:

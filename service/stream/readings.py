@@ -26,7 +26,7 @@ from service.contracts import store as contracts_store
 from service.contracts.model import Contract
 from service.contracts.service import current_contract
 from service.stream import bucket_store
-from service.stream.bucketing import layout_of
+from service.stream.bucketing import classwise_note, layout_of
 from service.stream.windows import Window
 
 
@@ -175,6 +175,8 @@ def calibration_reading(
             f"the window holds predictions of {len(shares)} contract versions; it is "
             f"measured against the newest, version {contract.version}",
         )
+    if (note := classwise_note(contract)) is not None:
+        notes = (*notes, note)
     return WindowReading(
         model=model,
         contract=contract,

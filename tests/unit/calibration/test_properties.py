@@ -27,8 +27,17 @@ from service.calibration import (
     validate_edges,
     wilson_interval,
 )
+from service.calibration.packing import (
+    CLASSWISE_MAX_CELLS,
+    StatsLayout,
+    keeps_classwise,
+    pack,
+    pack_groups,
+    unpack,
+)
 from service.calibration.probabilities import log_softmax
 from service.calibration.readings import MCE_MIN_ROWS
+from service.calibration.stats import grouped_stats
 from tests.unit.conftest import assert_close_tree
 
 SETTINGS = settings(max_examples=60, deadline=None)
@@ -158,6 +167,53 @@ def test_multiclass_stats_are_additive(rows, data, T, edges):
     _stats_close(whole, parts)
     rows_reading = multiclass_reading(logits, labels, edges, cal)
     assert_close_tree(rows_reading.to_dict(), reading_from_stats(parts).to_dict())
+
+
+@st.composite
+def large_k_rows(draw, max_rows=30):
+    """Rows of a contract whose K classes times M bins pass the class-wise limit of bucket
+    statistics (``packing.keeps_classwise`` is False), with bucket vectors laid out so."""
+    M = draw(st.sampled_from([2, 15, 100]))
+    K = draw(st.integers(CLASSWISE_MAX_CELLS // M + 1, CLASSWISE_MAX_CELLS // M + 40))
+    N = draw(st.integers(1, max_rows))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(size=(N, K)) * draw(st.sampled_from([0.1, 2.0, 30.0]))
+    return logits, rng.integers(0, K, N), default_edges(M)
+
+
+@SETTINGS
+@given(large_k_rows(), st.data(), temperatures)
+def test_statistics_without_classwise_tables_are_additive_in_their_packed_layout(rows, data, T):
+    """Above the class-wise limit the bucket layout has no class-wise tables; its packed
+    vectors still add up to the packed statistics of the concatenated rows, every reading of
+    the sum is that of the rows, and the class-wise ECE is None (not a wrong number)."""
+    logits, labels, edges = rows
+    N, K = logits.shape
+    assert not keeps_classwise("multiclass", K, edges.size - 1)
+    layout = StatsLayout("multiclass", tuple(edges.tolist()), K, classwise=False)
+    cal = TemperatureCalibrator(T)
+    cut = data.draw(st.integers(0, N))
+
+    def stats(z, y):
+        return multiclass_stats(z, y, edges, calibrator=cal, classwise=False)
+
+    a, b = stats(logits[:cut], labels[:cut]), stats(logits[cut:], labels[cut:])
+    summed = unpack(pack(a) + pack(b), layout)
+    assert summed.to_dict() == (a + b).to_dict()
+    _stats_close(stats(logits, labels), summed)
+    group = (np.arange(N) >= cut).astype(np.int64)
+    grouped = pack_groups(
+        grouped_stats(
+            "multiclass", logits, labels, edges, group, 2, calibrator=cal, classwise=False
+        )
+    )
+    assert grouped.shape == (2, layout.size)
+    np.testing.assert_allclose(grouped.sum(axis=0), pack(a + b), rtol=1e-12, atol=1e-9)
+    from_rows = multiclass_reading(logits, labels, edges, cal, classwise=False).to_dict()
+    from_stats = reading_from_stats(summed).to_dict()
+    assert from_stats["classwise_ece"] is None
+    assert_close_tree(from_rows, from_stats)
 
 
 @SETTINGS

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tracemalloc
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -11,12 +12,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from service.calibration.calibrators import TemperatureCalibrator, multiclass_probabilities
-from service.calibration.packing import pack
+from service.calibration.packing import pack, unpack
 from service.calibration.refit import multiclass_knot_sums
 from service.calibration.stats import multiclass_stats
 from service.contracts.model import Contract
 from service.stream.bucket_store import BucketDelta
-from service.stream.bucketing import bucket_deltas, epoch_seconds, merge_deltas, stored_inputs
+from service.stream.bucketing import (
+    bucket_deltas,
+    classwise_note,
+    epoch_seconds,
+    layout_of,
+    merge_deltas,
+    stored_inputs,
+)
 from tests.unit.stream.conftest import binary_contract
 
 T0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
@@ -109,8 +117,8 @@ def test_epoch_seconds_floor_and_stored_inputs_round_trip(contract: Contract) ->
     assert BucketDelta().stats is None
 
 
-def multiclass_contract(n_classes: int = 4) -> Contract:
-    base = binary_contract(edges=tuple(np.linspace(0.0, 1.0, 6)))
+def multiclass_contract(n_classes: int = 4, n_bins: int = 5) -> Contract:
+    base = binary_contract(edges=tuple(np.linspace(0.0, 1.0, n_bins + 1)))
     spec = replace(
         base.spec,
         task="multiclass",
@@ -196,3 +204,77 @@ def test_each_bucket_equals_its_rows_computed_alone(rows: list, new: bool) -> No
             ]
         )
         assert np.allclose(delta.stats, alone, rtol=1e-12, atol=1e-12)
+
+
+def one_item(contract: Contract, label: int) -> dict:
+    """The deltas of one labeled prediction in two slices (a one-item request's)."""
+    K = len(contract.spec.classes)
+    return bucket_deltas(
+        contract,
+        seconds=epoch_seconds([T0]),
+        slices=[["all", "region=eu"]],
+        inputs=np.random.default_rng(K).normal(size=(1, K)) * 3,
+        labels=np.array([label]),
+        new=True,
+    )
+
+
+def test_a_one_item_batch_of_k_1000_and_100_bins_does_no_k_by_m_work() -> None:
+    """K = 1,000 classes and M = 100 bins: each bucket delta holds 5 + 3 M + K statistics and
+    the 111 knot sums, and computing them allocates less than a quarter of one K x M table of
+    float64 (its class-wise tables alone would be three)."""
+    K, M = 1000, 100
+    contract = multiclass_contract(K, M)
+    one_item(contract, 7)
+    tracemalloc.start()
+    try:
+        got = one_item(contract, 7)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * K * M / 4
+    assert len(got) == 4
+    for delta in got.values():
+        assert delta.stats.size == 5 + 3 * M + K + 111 == layout_of(contract).size
+    stats = unpack(next(iter(got.values())).stats, layout_of(contract))
+    assert not stats.classwise and stats.n == 1 and stats.label_counts[7] == 1
+    assert "1,000 x 100 = 100,000" in classwise_note(contract)
+
+
+@pytest.mark.parametrize("n_bins", [1, 15, 100])
+def test_two_class_contracts_keep_their_class_wise_tables_at_every_bin_count(n_bins: int) -> None:
+    contract = multiclass_contract(2, n_bins)
+    assert layout_of(contract).classwise and classwise_note(contract) is None
+    for delta in one_item(contract, 1).values():
+        stats = unpack(delta.stats, layout_of(contract))
+        assert stats.class_bin_count.shape == (2, n_bins)
+        assert stats.class_bin_count.sum(axis=1).tolist() == [1, 1]
+        assert stats.class_bin_label_sum.sum(axis=1).tolist() == [0, 1]
+
+
+def test_a_contract_above_the_class_wise_limit_buckets_its_rows_computed_alone() -> None:
+    contract = multiclass_contract(400, 5)
+    rng = np.random.default_rng(3)
+    inputs, labels = rng.normal(size=(30, 400)) * 2, rng.integers(-1, 400, 30)
+    seconds = int(T0.timestamp()) + rng.integers(0, 3600, 30)
+    got = bucket_deltas(
+        contract, seconds=seconds, slices=[["all"]] * 30, inputs=inputs, labels=labels, new=True
+    )
+    lab = labels >= 0
+    hour = got[("all", "1h", T0.replace(minute=0), contract.id)]
+    alone = np.hstack(
+        [
+            pack(
+                multiclass_stats(
+                    inputs[lab],
+                    labels[lab],
+                    contract.edges,
+                    calibrator=contract.calibrator,
+                    classwise=False,
+                )
+            ),
+            multiclass_knot_sums(inputs[lab], labels[lab], temperature=1.7).ravel(),
+        ]
+    )
+    assert not layout_of(contract).classwise
+    np.testing.assert_allclose(hour.stats, alone, rtol=1e-12, atol=1e-12)
