@@ -15,6 +15,11 @@ environment:
     PROMETHEUS_MULTIPROC_DIR  the workers' metric files (default: a fresh temporary directory)
 
 Command-line options given to gunicorn after ``-c`` still override these.
+
+The port expects a buffering reverse proxy in front of it (deploy/nginx/calmon.conf, or the
+ingress-nginx settings in deploy/README.md): a worker thread reads a request itself from its
+first byte on, so clients that trickle their headers or bodies hold every thread and /healthz
+stops answering. Bind it to a public interface only behind such a proxy.
 """
 
 from service.server import gunicorn_settings_from_env

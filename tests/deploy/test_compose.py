@@ -4,7 +4,10 @@ No Docker engine runs in CI, so nothing is started: the file is validated with t
 Specification's JSON schema (the copy ``check-jsonschema`` ships as ``vendor.compose-spec``),
 then checked against what it deploys: the ``calmon`` commands parse with the CLI's parser, the
 ``CALMON_*`` variables are settings and their values parse, Prometheus scrapes the port calmon
-serves on, the database URL names the PostgreSQL service, and every mounted path exists.
+serves on, the database URL names the PostgreSQL service, every mounted path exists, and nginx
+(deploy/nginx/calmon.conf) is the only way in to calmon: it passes to the port calmon serves on,
+refuses bodies over calmon's own limit in calmon's error envelope, and reads whole requests
+within its client timeouts before gunicorn sees them.
 """
 
 from __future__ import annotations
@@ -24,8 +27,10 @@ import yaml
 from flask import Flask
 
 from service.config import load_settings
+from service.server import WORKER_TIMEOUT_SECONDS
 from tests.deploy import DEPLOY, ROOT
 from tests.deploy.conftest import SETTINGS_ENV, parse_calmon, repo_path, subcommand
+from tests.deploy.nginx import NGINX_CONF, Directive, directives, only, seconds, size_bytes
 
 COMPOSE = ROOT / "docker-compose.yml"
 PROMETHEUS_CONFIG = DEPLOY / "prometheus" / "prometheus.yml"
@@ -107,7 +112,7 @@ def test_compose_file_matches_the_compose_specification() -> None:
             "$.services.calmon.depends_on",
         ),
         # A port mapping that is neither a string nor a port object.
-        ('      - "127.0.0.1:8000:8000"', "      - [8000]", "$.services.calmon.ports[0]"),
+        ('      - "127.0.0.1:8000:8000"', "      - [8000]", "$.services.nginx.ports[0]"),
     ],
 )
 def test_the_schema_check_rejects_a_broken_compose_file(
@@ -184,8 +189,6 @@ def test_prometheus_scrapes_the_port_calmon_serves_on(
     path = job.get("metrics_path", "/metrics")
     assert calmon_app.test_client().get(path).status_code == 200
     assert not {"authorization", "bearer_token", "bearer_token_file", "basic_auth"} & set(job)
-    published = [p.rsplit(":", 1)[-1] for p in services["calmon"]["ports"]]
-    assert str(serve.port) in published
 
 
 def test_grafana_datasource_points_at_the_prometheus_service(
@@ -282,3 +285,106 @@ def test_postgres_settings_are_real_and_documented(services: dict[str, dict[str,
     guide = (ROOT / "docs" / "operations.md").read_text()
     for name, value in settings.items():
         assert f"`{name}={value}`" in guide, f"docs/operations.md does not give {name}={value}"
+
+
+# --- nginx, the only way in to calmon ---------------------------------------------------------
+
+#: Where deploy/nginx/calmon.conf passes requests on to calmon.
+PROXIED = ("server", "location /")
+
+
+@pytest.fixture(scope="module")
+def proxy_conf() -> list[Directive]:
+    return directives(NGINX_CONF.read_text())
+
+
+def published_ports(service: dict[str, Any]) -> list[tuple[str, int, int]]:
+    """(host address, host port, container port) of each ``ports`` entry (``ADDR:HOST:CTR``)."""
+    out = []
+    for entry in service.get("ports", []):
+        address, host_port, container_port = str(entry).split(":")
+        out.append((address, int(host_port), int(container_port)))
+    return out
+
+
+def test_only_nginx_publishes_calmon(
+    services: dict[str, dict[str, Any]], proxy_conf: list[Directive]
+) -> None:
+    # gunicorn is never reachable from outside: a slow client would hold one of its threads.
+    for name, service in calmon_services(services).items():
+        assert "ports" not in service, f"{name} publishes a port; only nginx may"
+    (listen,) = only(proxy_conf, "listen", ("server",)).args
+    assert published_ports(services["nginx"]) == [("127.0.0.1", 8000, int(listen))]
+    assert services["nginx"]["image"].startswith("nginx:")
+    config = host_path(services["nginx"], "/etc/nginx/conf.d/default.conf")
+    assert config == NGINX_CONF.resolve()  # the image's default server, replaced
+
+
+def test_nginx_passes_to_the_port_calmon_serves_on(
+    services: dict[str, dict[str, Any]], proxy_conf: list[Directive]
+) -> None:
+    (target,) = only(proxy_conf, "proxy_pass", PROXIED).args
+    assert target.startswith("http://")
+    upstream = target.removeprefix("http://")
+    (server,) = only(proxy_conf, "server", (f"upstream {upstream}",)).args
+    host, port = server.rsplit(":", 1)
+    serve = parse_calmon(services["calmon"]["command"])
+    assert host == "calmon" and host in services
+    assert int(port) == serve.port and serve.host == "0.0.0.0"
+    assert str(serve.port) in [str(p) for p in services["calmon"].get("expose", [])]
+    # Started once calmon answers its HEALTHCHECK, restarted when calmon is recreated (nginx
+    # resolves the name once, at start).
+    assert services["nginx"]["depends_on"]["calmon"] == {
+        "condition": "service_healthy",
+        "restart": True,
+    }
+
+
+def test_nginx_refuses_what_calmon_refuses_as_calmon_does(
+    services: dict[str, dict[str, Any]], proxy_conf: list[Directive], calmon_app: Flask
+) -> None:
+    env = environment(services["calmon"])
+    limit = load_settings(environ={k: substituted(v) for k, v in env.items()}).max_body_bytes
+    (size,) = only(proxy_conf, "client_max_body_size", ("server",)).args
+    assert size_bytes(size) == limit, "client_max_body_size is not CALMON_MAX_BODY_BYTES"
+
+    # nginx answers a body over its limit itself: with calmon's error envelope, word for word.
+    status, location = only(proxy_conf, "error_page", ("server",)).args
+    assert status == "413" and location.startswith("@")
+    answer = ("server", f"location {location}")
+    assert only(proxy_conf, "default_type", answer).args == ("application/json",)
+    code, body = only(proxy_conf, "return", answer).args
+    assert calmon_app.config["MAX_CONTENT_LENGTH"] == limit
+    # calmon's own answer to an over-long body, on a route that reads its body without a token.
+    calmons = calmon_app.test_client().post(
+        "/ui/sign-in", data=b"x" * (limit + 1), content_type="application/x-www-form-urlencoded"
+    )
+    assert (int(code), json.loads(body)) == (calmons.status_code, calmons.get_json())
+
+
+def test_nginx_reads_whole_requests_before_gunicorn_sees_them(proxy_conf: list[Directive]) -> None:
+    # A client has this long to send its header, and may pause this long within its body.
+    for name in ("client_header_timeout", "client_body_timeout"):
+        (value,) = only(proxy_conf, name, ("server",)).args
+        assert 0 < seconds(value) <= 60, name
+    assert only(proxy_conf, "proxy_request_buffering", PROXIED).args == ("on",)
+    assert only(proxy_conf, "proxy_buffering", PROXIED).args == ("on",)
+    for name in ("proxy_connect_timeout", "proxy_send_timeout"):
+        (value,) = only(proxy_conf, name, PROXIED).args
+        assert 0 < seconds(value) <= 60, name
+    # gunicorn kills a worker silent for WORKER_TIMEOUT_SECONDS; nginx waits longer than that, so
+    # a long ingest batch is answered rather than cut off by the proxy.
+    (read,) = only(proxy_conf, "proxy_read_timeout", PROXIED).args
+    assert seconds(read) > WORKER_TIMEOUT_SECONDS
+
+
+def test_nginx_sets_the_forwarded_headers(proxy_conf: list[Directive]) -> None:
+    headers = {
+        d.args[0].lower(): d.args[1]
+        for d in proxy_conf
+        if d.name == "proxy_set_header" and d.context == PROXIED
+    }
+    assert headers["x-forwarded-for"] == "$remote_addr"  # the edge: a client's own is dropped
+    assert headers["x-forwarded-proto"] == "$scheme"
+    assert headers["x-forwarded-host"] == headers["host"] == "$http_host"
+    assert headers["x-forwarded-port"] == "$server_port"

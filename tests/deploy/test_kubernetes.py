@@ -5,7 +5,9 @@ strict) or, for ServiceMonitor and PrometheusRule, the Prometheus Operator's CRD
 tests/deploy/manifests.py). Then the manifests are checked against what they deploy: probe
 paths are routes of the app, ``CALMON_*`` names are settings whose values parse, container
 commands parse with ``calmon``'s own parser, and the Service, ServiceMonitor and
-HorizontalPodAutoscaler point at the right objects and ports.
+HorizontalPodAutoscaler point at the right objects and ports. The example Ingress routes to the
+Service and has ingress-nginx buffer and bound requests as deploy/nginx/calmon.conf does for
+docker-compose.yml.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ import yaml
 from flask import Flask
 
 from service.config import load_settings
-from service.server import GRACEFUL_TIMEOUT_SECONDS
+from service.server import GRACEFUL_TIMEOUT_SECONDS, WORKER_TIMEOUT_SECONDS
+from tests.deploy import DEPLOY
 from tests.deploy.conftest import SETTINGS_ENV, parse_calmon, subcommand
 from tests.deploy.manifests import (
     CRDS,
@@ -33,10 +36,11 @@ from tests.deploy.manifests import (
     render_prometheus_rule,
     validate_manifest,
 )
+from tests.deploy.nginx import NGINX_CONF, directives, only, seconds, size_bytes
 
 Manifest = dict[str, Any]
 # Applied on their own, before the rest (deploy/README.md): not in kustomization.yaml.
-APPLIED_SEPARATELY = {"secret.example.yaml", "migrate-job.yaml"}
+APPLIED_SEPARATELY = {"secret.example.yaml", "migrate-job.yaml", "ingress.example.yaml"}
 
 
 def all_documents() -> list[tuple[str, Manifest]]:
@@ -104,6 +108,7 @@ def test_every_kind_is_checked() -> None:
         "CronJob",
         "ServiceMonitor",
         "PrometheusRule",
+        "Ingress",
     } <= kinds
 
 
@@ -140,6 +145,14 @@ CONTAINER: list[str | int] = ["spec", "template", "spec", "containers", 0]
         ("Deployment", "calmon", [*CONTAINER, "ports", 0, "containerPort"], "8000", "integer"),
         ("HorizontalPodAutoscaler", "calmon", ["spec", "maxReplicas"], None, "maxReplicas"),
         ("Service", "calmon", ["spec", "ports", 0, "port"], "8000", "integer"),
+        # An Ingress path without its pathType, which networking.k8s.io/v1 requires.
+        (
+            "Ingress",
+            "calmon",
+            ["spec", "rules", 0, "http", "paths", 0, "pathType"],
+            None,
+            "pathType",
+        ),
         ("ServiceMonitor", "calmon", ["spec", "endpoints", 0, "intervall"], "15s", "intervall"),
         ("ServiceMonitor", "calmon", ["spec", "selector"], None, "selector"),
         ("ServiceMonitor", "calmon", ["metadata", "lables"], {"a": "b"}, "lables"),
@@ -387,3 +400,56 @@ def test_kustomization_applies_all_but_the_secret_example_and_the_job() -> None:
     assert len(resources) == len(set(resources))
     assert set(resources) == {p.name for p in manifest_files()} - APPLIED_SEPARATELY
     assert kustomization["namespace"] == find("Namespace", "calmon")["metadata"]["name"]
+
+
+# --- the example Ingress: ingress-nginx as the buffering proxy ---------------------------------
+
+INGRESS_NGINX = "nginx.ingress.kubernetes.io/"
+#: deploy/nginx/calmon.conf's directives, where the compose proxy passes requests to calmon.
+PROXIED = ("server", "location /")
+
+
+def ingress_annotations() -> dict[str, str]:
+    annotations: dict[str, str] = find("Ingress", "calmon")["metadata"]["annotations"]
+    assert all(key.startswith(INGRESS_NGINX) for key in annotations), sorted(annotations)
+    return {key.removeprefix(INGRESS_NGINX): value for key, value in annotations.items()}
+
+
+def test_ingress_routes_everything_to_the_api_service() -> None:
+    ingress, service = find("Ingress", "calmon"), find("Service", "calmon")
+    assert ingress["spec"]["ingressClassName"] == "nginx"
+    port_names = {p["name"] for p in service["spec"]["ports"]}
+    (rule,) = ingress["spec"]["rules"]
+    (path,) = rule["http"]["paths"]
+    assert (path["path"], path["pathType"]) == ("/", "Prefix")
+    backend = path["backend"]["service"]
+    assert backend["name"] == service["metadata"]["name"]
+    assert backend["port"]["name"] in port_names
+    # The Service stays inside the cluster: the Ingress is the only way in.
+    assert service["spec"]["type"] == "ClusterIP"
+
+
+def test_ingress_buffers_and_bounds_requests_as_the_compose_proxy_does() -> None:
+    annotations = ingress_annotations()
+    conf = directives(NGINX_CONF.read_text())
+    limit = load_settings(environ=configmap_data()).max_body_bytes
+    assert size_bytes(annotations["proxy-body-size"]) == limit, "not CALMON_MAX_BODY_BYTES"
+    assert size_bytes(only(conf, "client_max_body_size").args[0]) == limit
+    assert annotations["client-body-buffer-size"] == only(conf, "client_body_buffer_size").args[0]
+    assert annotations["proxy-request-buffering"] == "on"
+    assert annotations["proxy-buffering"] == "on"
+    for key in ("proxy-connect-timeout", "proxy-send-timeout", "proxy-read-timeout"):
+        directive = only(conf, key.replace("-", "_"), PROXIED)
+        assert int(annotations[key]) == seconds(directive.args[0]), key  # bare seconds here
+    assert int(annotations["proxy-read-timeout"]) > WORKER_TIMEOUT_SECONDS
+
+
+def test_readme_gives_the_controller_the_compose_proxys_client_timeouts() -> None:
+    """client-header-timeout and client-body-timeout are keys of the controller's ConfigMap, not
+    Ingress annotations: the deployment guide gives them, with deploy/nginx/calmon.conf's
+    values."""
+    readme = (DEPLOY / "README.md").read_text()
+    conf = directives(NGINX_CONF.read_text())
+    for key in ("client-header-timeout", "client-body-timeout"):
+        value = seconds(only(conf, key.replace("-", "_")).args[0])
+        assert f'{key}: "{value:g}"' in readme, f"deploy/README.md does not give {key}: {value:g}"
