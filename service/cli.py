@@ -53,9 +53,11 @@ def _migrate(_args: argparse.Namespace) -> int:
     with _session(settings) as session:
         for task in run_pending(session):
             print(f"ran maintenance task {task}", file=sys.stderr)
-        if seal(session, actor="cli", now=utcnow()):
+        sealed = seal(session, actor="cli", now=utcnow())
+        if sealed:
             session.commit()
-            print("the audit chain continues under CALMON_AUDIT_KEY", file=sys.stderr)
+        for line in sealed:
+            print(line, file=sys.stderr)
     print("database is at the latest schema", file=sys.stderr)
     return 0
 
@@ -147,10 +149,11 @@ def _prune(args: argparse.Namespace) -> int:
 def _audit_head(_args: argparse.Namespace) -> int:
     from service.audit.service import audit_head
     from service.common.errors import Conflict
+    from service.contracts.service import stored_contracts
 
     try:
         with _session() as session:
-            head = audit_head(session)
+            head = audit_head(session, contracts=stored_contracts)
     except Conflict as exc:
         print(f"calmon: {exc}", file=sys.stderr)
         return 1
@@ -159,7 +162,7 @@ def _audit_head(_args: argparse.Namespace) -> int:
         return 1
     print(f"{head['seq']} {head['sha256']}")
     print(
-        f"the chain verifies; keep this head outside the database, then check it later with "
+        f"the log verifies; keep this head outside the database, then check it later with "
         f"`calmon audit verify --expected-seq {head['seq']} --expected-sha256 {head['sha256']}`",
         file=sys.stderr,
     )
@@ -171,6 +174,7 @@ def _audit_verify(args: argparse.Namespace) -> int:
 
     from service.audit.chain import Anchor
     from service.audit.service import verify_audit
+    from service.contracts.service import stored_contracts
 
     if (args.expected_seq is None) != (args.expected_sha256 is None):
         raise UsageError("give --expected-seq and --expected-sha256 together")
@@ -180,11 +184,42 @@ def _audit_verify(args: argparse.Namespace) -> int:
             raise UsageError("--expected-seq is >= 1 and --expected-sha256 is 64 lower-case hex")
         anchor = Anchor(args.expected_seq, args.expected_sha256)
     with _session() as session:
-        report = verify_audit(session, anchor)
+        report = verify_audit(session, anchor, contracts=stored_contracts)
     print(json.dumps(report, indent=2))
-    if not report["valid"]:
-        print(f"calmon: the audit log does not verify: {report['reason']}", file=sys.stderr)
+    for line in _verification_summary(report):
+        print(line, file=sys.stderr)
     return 0 if report["valid"] else 1
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def _verification_summary(report: dict[str, Any]) -> list[str]:
+    """What was checked, and every listed problem, one per line (for stderr)."""
+    from service.audit.service import problem_text
+
+    checked = report["checked"]
+    what = (
+        f"checked {_count(checked['events'], 'event')}, "
+        f"{_count(checked['contracts'], 'contract')}, "
+        f"{_count(checked['decisions'], 'gate decision')} and "
+        f"{_count(checked['retirements'], 'retirement')}"
+    )
+    if report["anchor"] is not None:
+        what += f" against the anchor at seq {report['anchor']['seq']}"
+    if report["keyed_head"] is not None:
+        what += " and the keyed head"
+    if report["valid"]:
+        return [f"{what}: the audit log verifies"]
+    count, listed = report["problem_count"], report["problems"]
+    lines = [f"{what}: the audit log does not verify: {_count(count, 'problem')}"]
+    for problem in listed:
+        at = "" if problem["seq"] is None else f" at seq {problem['seq']}"
+        lines.append(f"  {problem['check']}{at}: {problem_text(problem)}")
+    if count > len(listed):
+        lines.append(f"  ... the first {len(listed)} of {count} problems are listed")
+    return lines
 
 
 def _token(args: argparse.Namespace) -> str:
@@ -398,12 +433,14 @@ def build_parser() -> argparse.ArgumentParser:
     audit_commands = audit_parser.add_subparsers(dest="audit_command", required=True)
     head = audit_commands.add_parser(
         "head",
-        help="verify the chain, then print its head (seq sha256) to keep outside the database",
+        help="verify the log, then print its head (seq sha256) to keep outside the database",
     )
     head.set_defaults(handler=_audit_head)
     verify = audit_commands.add_parser(
         "verify",
-        help="verify the chain, the retirements and (given) an anchored head; exit 0 valid, "
+        help="verify the chain, the keyed head (with CALMON_AUDIT_KEY), every contract, gate "
+        "decision and retirement against its event, and (given) an anchored head; prints the "
+        "report as JSON and what was checked and every problem on stderr; exit 0 valid, "
         "1 invalid",
     )
     verify.add_argument("--expected-seq", type=int, help="seq of a head printed earlier")

@@ -19,18 +19,16 @@ set still covers them. With a key configured, ``verify`` requires the head to be
 rebuilt without the key as all-plain fails. The setting may list older keys after the current
 one (``new,old``), so segments signed before a rotation still verify.
 
-**Retirements.** A ``contract_retired`` event carries the retirement row's fields and the
-SHA-256 of their canonical JSON; ``verify`` checks every retirement row against its event, so a
-deleted, altered or invented row is found. Events written before the fields were added carry the
-reason only: their row is checked against the event's time, actor and reason, which were written
-with the row in one transaction.
+The chain vouches for the rows written with its events (contracts, gate decisions,
+retirements): ``service.audit.records`` checks them against their events. A keyed log also
+keeps a keyed head (``service.audit.head``), so events deleted from its end are seen.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -201,11 +199,13 @@ class ChainVerifier:
     """Walks the chain event by event (oldest first), then reports.
 
     Hash checks stop at the first event that does not fit (nothing after it can be trusted);
-    the walk still collects the head, the anchor's event and the retirement events.
+    the walk still counts every event and notes the head, the anchor's event and the event at
+    ``head_seq`` (the seq the keyed head names).
     """
 
     keyring: AuditKeyring = NO_KEYS
     anchor: Anchor | None = None
+    head_seq: int | None = None
     _prev: str = GENESIS
     _count: int = 0
     _segment: AuditKey | None = None
@@ -213,18 +213,32 @@ class ChainVerifier:
     _failure: _Failure | None = None
     _head: ChainEvent | None = None
     _anchor_sha256: str | None = None
-    _retired: dict[str, list[tuple[int, dict[str, Any], str]]] = field(default_factory=dict)
+    _sha256_at_head_seq: str | None = None
 
     def feed(self, event: ChainEvent) -> None:
         self._head = event
         self._count += 1
         if self.anchor is not None and event.seq == self.anchor.seq:
             self._anchor_sha256 = event.sha256
-        if event.type == RETIRED and event.contract_id is not None:
-            document, digest = _expected_retirement(event)
-            self._retired.setdefault(event.contract_id, []).append((event.seq, document, digest))
+        if event.seq == self.head_seq:
+            self._sha256_at_head_seq = event.sha256
         if self._failure is None:
             self._check(event)
+
+    @property
+    def events(self) -> int:
+        """How many events were fed."""
+        return self._count
+
+    @property
+    def head(self) -> ChainEvent | None:
+        """The last event fed."""
+        return self._head
+
+    @property
+    def sha256_at_head_seq(self) -> str | None:
+        """The hash of the event at ``head_seq``, if one was fed."""
+        return self._sha256_at_head_seq
 
     def _check(self, event: ChainEvent) -> None:
         if event.type == KEY_ENABLED:
@@ -268,40 +282,24 @@ class ChainVerifier:
             key=None if key is None else key.secret,
         )
 
-    def report(self, retirements: Iterable[RetirementRow]) -> dict[str, Any]:
-        """The verification report; ``valid`` only if the chain, the anchor (when given) and
-        every retirement check out. ``first_invalid_seq`` and ``reason`` name the first failure
-        of the chain, else of the anchor, else of the retirements."""
-        chain = self._chain_failure()
-        anchor = self._anchor_report()
-        problems = self._retirement_problems(retirements)
-        valid = chain is None and (anchor is None or anchor["valid"]) and not problems
-        head = self._head
-        out: dict[str, Any] = {
-            "valid": valid,
-            "events": self._count,
-            "head": None
-            if head is None
-            else {"seq": head.seq, "sha256": head.sha256, "ts": format_timestamp(head.ts)},
-            "chain": {
-                "valid": chain is None,
-                "first_invalid_seq": None if chain is None else chain.seq,
-                "reason": None if chain is None else chain.reason,
-                "scheme": "hmac-sha256" if self._segment is not None else "sha256",
-                "keyed_from_seq": self._keyed_from,
-                "key_id": None if self._segment is None else self._segment.key_id,
-            },
-            "anchor": anchor,
-            "retirements": {"valid": not problems, "problems": problems},
+    def chain_report(self) -> dict[str, Any]:
+        """The chain's section of the report: valid, the first event that does not fit and why,
+        the hashing scheme of the head and the keyed segment."""
+        failure = self._chain_failure()
+        return {
+            "valid": failure is None,
+            "first_invalid_seq": None if failure is None else failure.seq,
+            "reason": None if failure is None else failure.reason,
+            "scheme": "hmac-sha256" if self._segment is not None else "sha256",
+            "keyed_from_seq": self._keyed_from,
+            "key_id": None if self._segment is None else self._segment.key_id,
         }
-        if chain is not None:
-            out["first_invalid_seq"], out["reason"] = chain.seq, chain.reason
-        elif anchor is not None and not anchor["valid"]:
-            out["first_invalid_seq"], out["reason"] = anchor["seq"], anchor["reason"]
-        elif problems:
-            out["first_invalid_seq"] = problems[0].get("seq")
-            out["reason"] = f"contract {problems[0]['contract_id']}: {problems[0]['problem']}"
-        return out
+
+    def head_report(self) -> dict[str, Any] | None:
+        head = self._head
+        if head is None:
+            return None
+        return {"seq": head.seq, "sha256": head.sha256, "ts": format_timestamp(head.ts)}
 
     def _chain_failure(self) -> _Failure | None:
         if self._failure is not None:
@@ -316,7 +314,7 @@ class ChainVerifier:
             )
         return None
 
-    def _anchor_report(self) -> dict[str, Any] | None:
+    def anchor_report(self) -> dict[str, Any] | None:
         anchor = self.anchor
         if anchor is None:
             return None
@@ -340,45 +338,3 @@ class ChainVerifier:
             "valid": reason is None,
             "reason": reason,
         }
-
-    def _retirement_problems(self, rows: Iterable[RetirementRow]) -> list[dict[str, Any]]:
-        problems: list[dict[str, Any]] = []
-        stored = {r.contract_id: r for r in rows}
-        for contract_id in sorted(stored.keys() | self._retired.keys()):
-            events = self._retired.get(contract_id, [])
-            row = stored.get(contract_id)
-            seq = events[-1][0] if events else None
-            if len(events) > 1:
-                problem = f"retired more than once in the chain (seq {[e[0] for e in events]})"
-            elif row is None:
-                problem = (
-                    "the contract_retired event has no retirement row: the row was deleted, "
-                    "which un-retires the contract"
-                )
-            elif not events:
-                problem = "the retirement row has no contract_retired event in the chain"
-            else:
-                document = retirement_document(
-                    row.contract_id, row.reason, row.retired_at, row.retired_by
-                )
-                expected = events[0][1]
-                if _same(retirement_sha256(document), events[0][2]):
-                    continue
-                changed = sorted(k for k in document if document[k] != expected.get(k))
-                problem = "the retirement row differs from its contract_retired event" + (
-                    f" ({', '.join(changed)})" if changed else ""
-                )
-            problems.append({"contract_id": contract_id, "seq": seq, "problem": problem})
-        return problems
-
-
-def _expected_retirement(event: ChainEvent) -> tuple[dict[str, Any], str]:
-    """The retirement row an event vouches for, and the hash that row must have."""
-    details = event.details
-    document = details.get("retirement")
-    if isinstance(document, dict):
-        return document, str(details.get("retirement_sha256") or retirement_sha256(document))
-    legacy = retirement_document(
-        str(event.contract_id), str(details.get("reason")), event.ts, event.actor
-    )
-    return legacy, retirement_sha256(legacy)

@@ -1,30 +1,149 @@
-"""Use cases of the audit log: verify the chain, report its head."""
+"""Use cases of the audit log: verify it with every record it vouches for, report its head.
+
+The audit package sits below the contracts, so the contracts come in as a ``ContractSource``
+(``service.contracts.service.stored_contracts``): every stored contract with the hash
+recomputed from its fields by the code that defines that hash.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from sqlalchemy.orm import Session
 
+from service.audit import record_store
 from service.audit import store as audit
-from service.audit.chain import Anchor
+from service.audit.chain import Anchor, AuditKeyring, ChainVerifier
+from service.audit.head import KeyedHead, LogEnd, head_problem
+from service.audit.head_store import read_head
+from service.audit.records import Problems, RecordLedger, StoredContract
 from service.common.errors import Conflict
 
-
-def verify_audit(session: Session, anchor: Anchor | None = None) -> dict[str, Any]:
-    """Verify the audit chain (under the session's keys), the anchor, and every retirement."""
-    return audit.verify_chain(session, anchor)
+ContractSource = Callable[[Session], Iterable[StoredContract]]
 
 
-def audit_head(session: Session) -> dict[str, Any] | None:
-    """The head of a chain that verifies, for an operator to keep outside the database; raise
-    ``Conflict`` with the reason when the chain does not verify (an anchor of a broken chain
+def verify_audit(
+    session: Session, anchor: Anchor | None = None, *, contracts: ContractSource
+) -> dict[str, Any]:
+    """Verify the chain (under the session's keys), the anchor when given, the keyed head when
+    a key is configured, and every contract, gate decision and retirement against its event.
+
+    The report: ``valid``; ``checked`` (events, contracts, decisions, retirements);
+    ``head``; a section per check (``chain``, ``anchor``, ``keyed_head``, ``contracts``,
+    ``decisions``, ``retirements``); ``problem_count`` and the first ``LISTED_PROBLEMS``
+    ``problems``, each naming its ``check``, the row's id and ``seq`` of its event, and what
+    differs; and when invalid, ``first_invalid_seq`` and ``reason`` of the first problem.
+    """
+    audit.hold_appends(session)
+    keyring = audit.keyring_of(session)
+    keyed_head = None if keyring.signing is None else read_head(session)
+    verifier = ChainVerifier(keyring, anchor, None if keyed_head is None else keyed_head.seq)
+    ledger = RecordLedger()
+    for event in audit.iter_chain(session):
+        verifier.feed(event)
+        ledger.feed(event)
+
+    problems = Problems()
+    chain = verifier.chain_report()
+    if not chain["valid"]:
+        problems.add(
+            {"check": "chain", "seq": chain["first_invalid_seq"], "problem": chain["reason"]}
+        )
+    anchor_report = verifier.anchor_report()
+    if anchor_report is not None and not anchor_report["valid"]:
+        problems.add(
+            {"check": "anchor", "seq": anchor_report["seq"], "problem": anchor_report["reason"]}
+        )
+    head_report = None
+    if keyring.signing is not None:
+        head_report = _keyed_head_report(keyed_head, keyring, verifier)
+        if not head_report["valid"]:
+            problems.add(
+                {"check": "keyed_head", "seq": head_report["seq"], "problem": head_report["reason"]}
+            )
+    checked = {
+        "events": verifier.events,
+        "contracts": ledger.check_contracts(contracts(session), problems),
+        "decisions": ledger.check_decisions(record_store.stored_decisions(session), problems),
+        "retirements": ledger.check_retirements(record_store.list_retirements(session), problems),
+    }
+    report: dict[str, Any] = {
+        "valid": problems.count == 0,
+        "checked": checked,
+        "events": verifier.events,
+        "head": verifier.head_report(),
+        "chain": chain,
+        "anchor": anchor_report,
+        "keyed_head": head_report,
+        **{
+            section: {
+                "valid": problems.of(check) == 0,
+                "checked": checked[section],
+                "problem_count": problems.of(check),
+            }
+            for section, check in (
+                ("contracts", "contract"),
+                ("decisions", "decision"),
+                ("retirements", "retirement"),
+            )
+        },
+        "problem_count": problems.count,
+        "problems": problems.listed,
+    }
+    if problems.listed:
+        first = problems.listed[0]
+        report["first_invalid_seq"], report["reason"] = first["seq"], problem_text(first)
+    return report
+
+
+def _keyed_head_report(
+    head: KeyedHead | None, keyring: AuditKeyring, verifier: ChainVerifier
+) -> dict[str, Any]:
+    last = verifier.head
+    end = LogEnd(
+        events=verifier.events,
+        last_seq=None if last is None else last.seq,
+        last_sha256=None if last is None else last.sha256,
+        sha256_at_head_seq=verifier.sha256_at_head_seq,
+    )
+    reason = head_problem(head, keyring, end)
+    stored: dict[str, Any] = (
+        {"events": None, "seq": None, "sha256": None, "key_id": None}
+        if head is None
+        else head.to_dict()
+    )
+    return {**stored, "valid": reason is None, "reason": reason}
+
+
+def problem_text(problem: dict[str, Any]) -> str:
+    """One problem as a line of text that names its row."""
+    check, text = problem["check"], str(problem["problem"])
+    if check == "contract":
+        return f"contract {problem['contract_id']}: {text}"
+    if check == "decision":
+        return f"gate decision {problem['decision_id']}: {text}"
+    if check == "retirement":
+        return f"retirement of contract {problem['contract_id']}: {text}"
+    return text
+
+
+def audit_head(session: Session, *, contracts: ContractSource) -> dict[str, Any] | None:
+    """The head of a log that verifies, for an operator to keep outside the database; raise
+    ``Conflict`` with the reason when the log does not verify (an anchor of a broken log
     would vouch for the tampering)."""
-    report = verify_audit(session)
+    report = verify_audit(session, contracts=contracts)
     if not report["valid"]:
-        raise Conflict(f"the audit chain does not verify: {report['reason']}")
+        raise Conflict(
+            f"the audit log does not verify ({_count(report['problem_count'], 'problem')}; "
+            f"the first: {report['reason']})"
+        )
     head: dict[str, Any] | None = report["head"]
     return head
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 #: A read that needs nothing but its query is the store's function itself.

@@ -19,15 +19,16 @@ from service.audit.chain import (
     GENESIS,
     KEY_ENABLED,
     NO_KEYS,
-    Anchor,
     AuditKey,
     AuditKeyring,
     ChainVerifier,
-    RetirementRow,
     event_digest,
 )
+from service.audit.head import KeyedHead
+from service.audit.head_store import read_head, write_head
+from service.audit.records import CONTRACT_CREATED
 from service.db.backend import backend_of
-from service.db.models import AuditEventRecord, ContractRetirement
+from service.db.models import AuditEventRecord
 
 log = logging.getLogger(__name__)
 
@@ -74,44 +75,115 @@ def append_event(
 ) -> None:
     """Append one event, chained to the last one (in the caller's transaction).
 
-    Under a signing key the head is not yet under, an ``audit_key_enabled`` event comes first.
+    Under a signing key the head is not yet under, an ``audit_key_enabled`` event comes first;
+    under a signing key the keyed head advances to the new event, if it vouched for the log
+    before it (a head that no longer matches is left as it is, for verification to report).
     """
     prev = _lock_and_head(session)
-    signing = keyring_of(session).signing
+    keyring = keyring_of(session)
+    signing = keyring.signing
+    head = None if signing is None else read_head(session)
     segment = _segment_key_id(session)
+    written: list[AuditEventRecord] = []
     if signing is not None and segment != signing.key_id:
-        prev = _start_segment(session, prev, signing, segment, actor=actor, now=now)
+        written.append(_start_segment(session, prev, signing, segment, actor=actor, now=now))
+        prev = written[-1].sha256
     elif signing is None and segment is not None:
         log.warning(
             "appending a plain audit event after the segment keyed with %s: this process has "
             "no CALMON_AUDIT_KEY, and verification will report it",
             segment,
         )
-    _insert(
+    written.append(
+        _insert(
+            session,
+            prev,
+            signing,
+            type=type,
+            actor=actor,
+            now=now,
+            model=model,
+            contract_id=contract_id,
+            details=details or {},
+        )
+    )
+    if signing is not None:
+        _advance_head(session, keyring, signing, head, written)
+
+
+def _advance_head(
+    session: Session,
+    keyring: AuditKeyring,
+    key: AuditKey,
+    head: KeyedHead | None,
+    written: list[AuditEventRecord],
+) -> None:
+    """Move the keyed head over the events just ``written``, if it ended where they begin.
+
+    A missing head is not created here: only ``seal`` writes one, so deleting the head (with
+    or without the events it vouched for) cannot be covered up by the next append.
+    """
+    if head is None or not head.vouches_for(keyring, written[0].prev_sha256):
+        log.warning(
+            "the keyed audit head is %s: it is not advanced, and verification reports it "
+            "(`calmon migrate` writes a missing head)",
+            "missing" if head is None else "not at the end of the log",
+        )
+        return
+    last = written[-1]
+    write_head(
         session,
-        prev,
-        signing,
-        type=type,
-        actor=actor,
-        now=now,
-        model=model,
-        contract_id=contract_id,
-        details=details or {},
+        KeyedHead.sign(key, events=head.events + len(written), seq=last.seq, sha256=last.sha256),
     )
 
 
-def seal(session: Session, *, actor: str, now: datetime) -> bool:
-    """Start a segment under the signing key unless the head is already under it; True if an
-    ``audit_key_enabled`` event was written (the caller commits)."""
-    signing = keyring_of(session).signing
+def seal(session: Session, *, actor: str, now: datetime) -> list[str]:
+    """Put the log under the signing key: start a segment unless the head is already under
+    it, and write the keyed head if there is none. Returns what was done, one sentence each
+    (empty when nothing was); the caller commits.
+
+    A missing head is written for the log as it stands, after its chain verifies: that is the
+    moment the keyed head starts to vouch for the log's end.
+    """
+    keyring = keyring_of(session)
+    signing = keyring.signing
     if signing is None:
-        return False
+        return []
     prev = _lock_and_head(session)
+    head = read_head(session)
+    done: list[str] = []
     segment = _segment_key_id(session)
-    if segment == signing.key_id:
-        return False
-    _start_segment(session, prev, signing, segment, actor=actor, now=now)
-    return True
+    if segment != signing.key_id:
+        started = _start_segment(session, prev, signing, segment, actor=actor, now=now)
+        done.append("the audit chain continues under CALMON_AUDIT_KEY")
+        if head is not None:
+            _advance_head(session, keyring, signing, head, [started])
+    if head is None:
+        done.append(_establish_head(session, keyring, signing))
+    return done
+
+
+def _establish_head(session: Session, keyring: AuditKeyring, key: AuditKey) -> str:
+    verifier = ChainVerifier(keyring)
+    for event in iter_chain(session):
+        verifier.feed(event)
+    chain, last = verifier.chain_report(), verifier.head
+    if not chain["valid"] or last is None:
+        return (
+            "no keyed audit head is written: the audit chain does not verify "
+            f"(seq {chain['first_invalid_seq']}: {chain['reason']})"
+        )
+    write_head(
+        session, KeyedHead.sign(key, events=verifier.events, seq=last.seq, sha256=last.sha256)
+    )
+    return f"the keyed audit head now vouches for the {verifier.events} events up to seq {last.seq}"
+
+
+def hold_appends(session: Session) -> None:
+    """Take the append lock for the rest of the session's transaction, so the log, its keyed
+    head and the rows written with its events are read at one point in time (appends wait;
+    on SQLite every transaction already holds the write lock)."""
+    backend_of(session).advisory_lock(session, _APPEND_LOCK)
 
 
 def _lock_and_head(session: Session) -> str:
@@ -137,7 +209,7 @@ def _start_segment(
     *,
     actor: str,
     now: datetime,
-) -> str:
+) -> AuditEventRecord:
     return _insert(
         session,
         prev,
@@ -171,7 +243,7 @@ def _insert(
     model: str | None = None,
     contract_id: str | None = None,
     details: dict[str, Any],
-) -> str:
+) -> AuditEventRecord:
     digest = event_digest(
         prev,
         ts=now,
@@ -182,20 +254,19 @@ def _insert(
         details=details,
         key=None if key is None else key.secret,
     )
-    session.add(
-        AuditEventRecord(
-            ts=now,
-            type=type,
-            actor=actor,
-            model=model,
-            contract_id=contract_id,
-            details=details,
-            prev_sha256=prev,
-            sha256=digest,
-        )
+    record = AuditEventRecord(
+        ts=now,
+        type=type,
+        actor=actor,
+        model=model,
+        contract_id=contract_id,
+        details=details,
+        prev_sha256=prev,
+        sha256=digest,
     )
+    session.add(record)
     session.flush()
-    return digest
+    return record
 
 
 def _to_event(r: AuditEventRecord) -> AuditEvent:
@@ -258,6 +329,19 @@ def creation_event_type(session: Session, model: str, contract_id: str) -> str |
     )
 
 
+def creation_events(session: Session, contract_id: str) -> list[AuditEvent]:
+    """The events that recorded a contract's creation, oldest first (one, unless tampered)."""
+    query = (
+        select(AuditEventRecord)
+        .where(
+            AuditEventRecord.contract_id == contract_id,
+            AuditEventRecord.type.in_(CONTRACT_CREATED),
+        )
+        .order_by(AuditEventRecord.seq)
+    )
+    return [_to_event(r) for r in session.scalars(query)]
+
+
 def iter_chain(session: Session, page: int = 1000) -> Iterator[AuditEvent]:
     """Every event in append order, read in pages."""
     after = 0
@@ -275,20 +359,3 @@ def iter_chain(session: Session, page: int = 1000) -> Iterator[AuditEvent]:
         for row in rows:
             yield _to_event(row)
         after = rows[-1].seq
-
-
-def verify_chain(session: Session, anchor: Anchor | None = None) -> dict[str, Any]:
-    """Walk the chain under the session's keys, check ``anchor`` and every retirement row.
-
-    See ``ChainVerifier.report`` for the report.
-    """
-    verifier = ChainVerifier(keyring_of(session), anchor)
-    for event in iter_chain(session):
-        verifier.feed(event)
-    return verifier.report(list_retirements(session))
-
-
-def list_retirements(session: Session) -> list[RetirementRow]:
-    """Every retirement row (there is at most one per contract)."""
-    rows = session.scalars(select(ContractRetirement).order_by(ContractRetirement.contract_id))
-    return [RetirementRow(r.contract_id, r.reason, r.retired_at, r.retired_by) for r in rows]

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy.orm import Session
 
 from service.audit import store as audit
 from service.audit.chain import retirement_document, retirement_sha256
+from service.audit.records import contract_problems
 from service.common.clock import utcnow
 from service.common.errors import Conflict, NotFound
-from service.common.hashing import digests_match
 from service.contracts import store as contracts_store
 from service.contracts.fitting import FitRequest, fit_contract_spec
 from service.contracts.model import (
@@ -85,16 +86,36 @@ def find_contract(session: Session, contract_id: str) -> Contract:
     return contract
 
 
-def verify_contract(session: Session, contract_id: str) -> dict[str, object]:
-    """Recompute the content hash from the stored record and compare."""
-    contract = find_contract(session, contract_id)
-    recomputed = content_sha256(contract.hashed_document())
+def verify_contract(session: Session, contract_id: str) -> dict[str, Any]:
+    """Recompute the content hash from the stored record; compare it with the stored
+    ``content_sha256`` and with the creation event (``contract_registered`` or
+    ``contract_fitted``): its hash, version, model, time and actor. ``problems`` lists each
+    difference (``service.audit.records``); whether the event itself is intact on the chain is
+    what the audit log's verification checks."""
+    stored = contracts_store.stored_contract(session, contract_id)
+    if stored is None:
+        raise NotFound(f"no contract with id {contract_id!r}")
+    events = audit.creation_events(session, contract_id)
+    problems = contract_problems(events, stored)
     return {
-        "id": contract.id,
-        "valid": digests_match(recomputed, contract.content_sha256),
-        "content_sha256": contract.content_sha256,
-        "recomputed_sha256": recomputed,
+        "id": stored.id,
+        "valid": not problems,
+        "content_sha256": stored.content_sha256,
+        "recomputed_sha256": stored.recomputed_sha256,
+        "event": None
+        if not events
+        else {
+            "seq": events[0].seq,
+            "type": events[0].type,
+            "content_sha256": events[0].details.get("content_sha256"),
+        },
+        "problems": problems,
     }
+
+
+#: Every stored contract with its recomputed hash: the contracts the audit log's verification
+#: checks against their events (``service.audit.service.verify_audit``).
+stored_contracts = contracts_store.stored_contracts
 
 
 def retire_contract(session: Session, contract_id: str, *, reason: str, actor: str) -> Contract:

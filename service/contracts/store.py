@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime
 
-from sqlalchemy import and_, exists, select, update
+from sqlalchemy import RowMapping, and_, exists, select, update
 from sqlalchemy.orm import Session, aliased
 
 from service.audit.chain import RetirementRow
+from service.audit.records import StoredContract
 from service.calibration import CalibrationInputError
 from service.common.errors import ErrorDetail, UnreadableContract
-from service.contracts.model import Contract, Retirement, spec_from_stored
+from service.contracts.model import (
+    Contract,
+    Retirement,
+    content_sha256,
+    hashed_document,
+    spec_from_stored,
+)
 from service.db.backend import backend_of
 from service.db.models import ContractRecord, ContractRetirement, ModelRecord, table_of
 
@@ -187,3 +195,50 @@ def latest_contract(session: Session, model: str) -> Contract | None:
 def model_names(session: Session) -> list[str]:
     """Every model that has at least one contract, sorted."""
     return list(session.scalars(select(ModelRecord.name).order_by(ModelRecord.name)))
+
+
+def _stored(row: RowMapping) -> StoredContract:
+    """A contract row with the hash recomputed from its stored fields, read back through the
+    spec as ``content_sha256`` was first computed (or why the fields cannot be read back)."""
+    recomputed, unreadable = None, None
+    try:
+        spec = spec_from_stored({name: row[name] for name in _SPEC_COLUMNS})
+        recomputed = content_sha256(
+            hashed_document(row["id"], row["version"], spec, row["created_at"], row["created_by"])
+        )
+    except (CalibrationInputError, KeyError, TypeError, ValueError) as exc:
+        unreadable = f"{getattr(exc, 'field', None) or 'contract'}: {exc}"
+    return StoredContract(
+        seq=row["seq"],
+        id=row["id"],
+        model=row["model"],
+        version=row["version"],
+        created_at=row["created_at"],
+        created_by=row["created_by"],
+        content_sha256=row["content_sha256"],
+        recomputed_sha256=recomputed,
+        unreadable=unreadable,
+    )
+
+
+def stored_contracts(session: Session, page: int = 100) -> Iterator[StoredContract]:
+    """Every stored contract with its recomputed hash, in the order stored, ``page`` rows at a
+    time (read as plain column tuples, so the session does not keep them)."""
+    table = table_of(ContractRecord)
+    after = 0
+    while True:
+        rows = session.execute(
+            select(table).where(table.c.seq > after).order_by(table.c.seq).limit(page)
+        ).all()
+        if not rows:
+            return
+        for row in rows:
+            yield _stored(row._mapping)
+        after = rows[-1].seq
+
+
+def stored_contract(session: Session, contract_id: str) -> StoredContract | None:
+    """One stored contract with its recomputed hash, or None for an unknown id."""
+    table = table_of(ContractRecord)
+    row = session.execute(select(table).where(table.c.id == contract_id)).first()
+    return None if row is None else _stored(row._mapping)

@@ -168,6 +168,22 @@ class AuditEventRecord(Base):
     sha256: Mapped[str] = mapped_column(String(64))
 
 
+class AuditHeadRecord(Base):
+    """The keyed head of the audit log (one row, written only under ``CALMON_AUDIT_KEY``): how
+    many events the log holds and the last one's ``seq`` and ``sha256``, with an HMAC over them
+    (``service.audit.head``), so deleting events from the end is seen."""
+
+    __tablename__ = "audit_head"
+    __table_args__ = (CheckConstraint("id = 1", name="one_row"),)
+
+    id: Mapped[int] = mapped_column(SmallInteger, primary_key=True, autoincrement=False)
+    events: Mapped[int] = mapped_column(BigInteger)
+    seq: Mapped[int] = mapped_column(BigInteger)
+    sha256: Mapped[str] = mapped_column(String(64))
+    key_id: Mapped[str] = mapped_column(String(64))
+    mac: Mapped[str] = mapped_column(String(64))
+
+
 class GateDecisionRecord(Base):
     """A stored gate decision: the policy it applied, every check, and the evidence it saw."""
 

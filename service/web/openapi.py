@@ -14,6 +14,7 @@ from typing import Any
 
 from flask import Blueprint, Response, jsonify
 
+from service.audit.records import LISTED_PROBLEMS
 from service.auth.tokens import Permission
 from service.common.fields import Text
 from service.common.values import MAX_JSON_INTEGER, NAME_PATTERN
@@ -45,6 +46,21 @@ def _ref(name: str) -> dict[str, str]:
 def _record(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
     """A reply object: at least the listed properties (replies may grow new ones)."""
     return {"type": "object", "properties": properties, "required": required}
+
+
+#: One problem a verification found: which check, the row's id, its event's seq, what differs.
+_PROBLEM = _record(
+    {
+        "check": {
+            "type": "string",
+            "enum": ["chain", "anchor", "keyed_head", "contract", "decision", "retirement"],
+        },
+        "seq": {"type": ["integer", "null"]},
+        "problem": {"type": "string"},
+        "differences": {"type": "object"},
+    },
+    ["check", "seq", "problem"],
+)
 
 
 def _reply(description: str, schema: dict[str, Any], media: str = JSON) -> dict[str, Any]:
@@ -163,7 +179,14 @@ SCHEMAS: dict[str, Any] = {
         },
         ["contracts", "next_cursor"],
     ),
-    "Verification": _record({"valid": {"type": "boolean"}}, ["valid"]),
+    "Verification": _record(
+        {
+            "valid": {"type": "boolean"},
+            "event": {"type": ["object", "null"]},
+            "problems": {"type": "array", "items": _PROBLEM},
+        },
+        ["valid", "event", "problems"],
+    ),
     "PredictionsAccepted": _record(
         {
             "accepted": {"type": "integer"},
@@ -274,7 +297,19 @@ SCHEMAS: dict[str, Any] = {
         {"events": {"type": "array"}, "next_cursor": {"type": ["string", "null"]}},
         ["events", "next_cursor"],
     ),
-    "ChainVerification": _record({"valid": {"type": "boolean"}}, ["valid"]),
+    "ChainVerification": _record(
+        {
+            "valid": {"type": "boolean"},
+            "checked": _record(
+                {name: _COUNT for name in ("events", "contracts", "decisions", "retirements")},
+                ["events", "contracts", "decisions", "retirements"],
+            ),
+            "keyed_head": {"type": ["object", "null"]},
+            "problem_count": _COUNT,
+            "problems": {"type": "array", "maxItems": LISTED_PROBLEMS, "items": _PROBLEM},
+        },
+        ["valid", "checked", "keyed_head", "problem_count", "problems"],
+    ),
     "History": _record(
         {
             "model": {"type": "string"},
@@ -451,7 +486,7 @@ PATHS: dict[str, Any] = {
     "/v1/contracts/{contract_id}/verify": {
         "get": _op(
             "verifyContract",
-            "Recompute the content hash",
+            "Recompute the content hash; check it against the contract's creation event",
             {"200": _reply("the check", _ref("Verification"))},
             params=[_CONTRACT_ID],
         )
@@ -602,7 +637,8 @@ PATHS: dict[str, Any] = {
     "/v1/audit/verify": {
         "get": _op(
             "verifyAudit",
-            "Verify the audit hash chain (and an anchor: expected_seq with expected_sha256)",
+            "Verify the audit log, its keyed head and every contract, gate decision and "
+            "retirement against its event (and an anchor: expected_seq with expected_sha256)",
             {"200": _reply("result", _ref("ChainVerification"))},
             params=[
                 _param(

@@ -15,6 +15,7 @@ from sqlalchemy import text
 from service import create_app
 from service.audit import store as audit
 from service.audit.chain import KEY_ENABLED, AuditKey, event_digest
+from service.audit.store import seal
 from service.auth.service import create_token
 from service.auth.tokens import Role
 from service.cli import main
@@ -103,6 +104,15 @@ def keyed(app: Flask, database_url: str) -> Iterator[Flask]:
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
 
+def sealed(application: Flask) -> None:
+    """What `calmon migrate` does under the application's key: start the keyed segment and
+    write the keyed head."""
+    database: Database = application.extensions["calmon.database"]
+    with database.session() as session:
+        assert seal(session, actor="tests", now=utcnow())
+        session.commit()
+
+
 def test_a_deleted_tail_fails_against_the_kept_head(
     client: FlaskClient, auth: Auth, db: Database
 ) -> None:
@@ -161,6 +171,7 @@ def test_with_the_key_a_rewritten_chain_fails(
 ) -> None:
     fitted(client, ADMIN, "before-the-key")
     plain_head = verify(client, ADMIN)["head"]
+    sealed(keyed)
     signer = keyed.test_client()
     contract = fitted(signer, ADMIN, "under-the-key")
     signer.post("/v1/gate", json={"contract_id": contract["id"]}, headers=ADMIN)
@@ -210,7 +221,11 @@ def test_with_the_key_a_rewritten_chain_fails(
     rebuilt = verify(signer, ADMIN)
     assert rebuilt["chain"]["valid"] is False, "an all-plain rebuild is refused under the key"
     assert "no event is keyed" in rebuilt["reason"]
-    assert verify(client, ADMIN)["valid"], "(which a verifier without the key cannot see)"
+    unkeyed = verify(client, ADMIN)
+    assert unkeyed["chain"]["valid"], "(which a verifier without the key cannot see)"
+    assert [p["differences"] for p in unkeyed["problems"]] == [
+        {"decided_by": {"row": "bootstrap-admin", "event": "someone-else"}}
+    ], "the rewritten actor no longer matches the decision it recorded"
 
 
 def test_older_keys_still_verify_their_segments(
@@ -228,6 +243,7 @@ def test_older_keys_still_verify_their_segments(
 
     old, rotated, new_only = keyed_app(OLD_KEY), keyed_app(f"{KEY},{OLD_KEY}"), keyed_app(KEY)
     try:
+        sealed(old)
         fitted(old.test_client(), ADMIN, "a")
         fitted(rotated.test_client(), ADMIN, "b")
         events = client.get(f"/v1/audit/events?type={KEY_ENABLED}", headers=ADMIN).get_json()
@@ -263,15 +279,17 @@ def test_retirements_are_checked_against_their_events(client: FlaskClient, db: D
     ][0]
     assert event["details"]["retirement"] == {"contract_id": retired["id"], **stored}
     assert len(event["details"]["retirement_sha256"]) == 64
-    assert verify(client, ADMIN)["retirements"] == {"valid": True, "problems": []}
+    assert verify(client, ADMIN)["retirements"] == {"valid": True, "checked": 1, "problem_count": 0}
 
     sql(db, "DELETE FROM contract_retirements WHERE contract_id = :c", c=retired["id"])
     active = client.get("/v1/models/retired/contract", headers=ADMIN)
     assert active.status_code == 200, "deleting the row un-retires the contract..."
     deleted = verify(client, ADMIN)
     assert deleted["valid"] is False and deleted["chain"]["valid"], "...which verify reports"
-    assert deleted["retirements"]["problems"] == [
+    assert deleted["retirements"] == {"valid": False, "checked": 0, "problem_count": 1}
+    assert deleted["problems"] == [
         {
+            "check": "retirement",
             "contract_id": retired["id"],
             "seq": event["seq"],
             "problem": "the contract_retired event has no retirement row: the row was deleted, "
@@ -292,9 +310,7 @@ def test_retirements_are_checked_against_their_events(client: FlaskClient, db: D
             session, other["id"], reason="never audited", retired_by="nobody", now=utcnow()
         )
         session.commit()
-    problems = {
-        p["contract_id"]: p["problem"] for p in verify(client, ADMIN)["retirements"]["problems"]
-    }
+    problems = {p["contract_id"]: p["problem"] for p in verify(client, ADMIN)["problems"]}
     assert problems[retired["id"]].startswith("the retirement row differs from its")
     assert "reason" in problems[retired["id"]] and "retired_at" in problems[retired["id"]]
     assert problems[other["id"]] == "the retirement row has no contract_retired event in the chain"
@@ -319,7 +335,7 @@ def test_retirements_audited_before_the_fields_are_checked_by_time_actor_and_rea
         session.commit()
     assert verify(client, ADMIN)["valid"]
     sql(db, "UPDATE contract_retirements SET retired_by = 'someone-else'")
-    problem = verify(client, ADMIN)["retirements"]["problems"][0]["problem"]
+    problem = verify(client, ADMIN)["problems"][0]["problem"]
     assert problem == "the retirement row differs from its contract_retired event (retired_by)"
 
 
@@ -371,6 +387,7 @@ def test_the_cli_prints_the_head_and_verifies_against_it(
     assert "together" in capsys.readouterr().err
     fitted(client, ADMIN, "more")
     sql(db, "DELETE FROM audit_events WHERE seq >= :s", s=int(seq))
+    sql(db, "DELETE FROM contracts WHERE model IN ('second', 'more')")
     assert main(["audit", "verify"]) == 0, "the chain alone still verifies"
     capsys.readouterr()
     assert main(["audit", "verify", "--expected-seq", seq, "--expected-sha256", sha]) == 1

@@ -8,7 +8,8 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, inspect, text
+from sqlalchemy.exc import IntegrityError
 
 from service.db.database import make_engine
 from service.db.migrate import alembic_config, current_revisions, head_revisions, script_location
@@ -157,5 +158,35 @@ def test_hot_table_keys_compare_byte_by_byte(fresh_empty_url: str) -> None:
         assert ("labels", "id") in declared and ("calibration_buckets", "slice") in declared
         command.downgrade(config, "0011")
         assert c_collated() == set()
+    finally:
+        engine.dispose()
+
+
+def test_the_keyed_audit_head_table_comes_and_goes_with_its_revision(fresh_empty_url: str) -> None:
+    """Revision 0014 adds ``audit_head`` (one row at most) and its downgrade drops it, leaving
+    the audit events as they were."""
+    config = alembic_config(fresh_empty_url)
+    command.upgrade(config, "0014")
+    engine = make_engine(fresh_empty_url)
+    try:
+        assert {c["name"] for c in inspect(engine).get_columns("audit_head")} == {
+            "id",
+            "events",
+            "seq",
+            "sha256",
+            "key_id",
+            "mac",
+        }
+        row = "INSERT INTO audit_head (id, events, seq, sha256, key_id, mac) VALUES "
+        with pytest.raises(IntegrityError), engine.begin() as connection:
+            connection.execute(text(row + "(2, 1, 1, 'h', 'k', 'm')"))
+        with engine.begin() as connection:
+            connection.execute(text(row + "(1, 1, 1, 'h', 'k', 'm')"))
+        command.downgrade(config, "0013")
+        assert "audit_head" not in inspect(engine).get_table_names()
+        assert "audit_events" in inspect(engine).get_table_names()
+        command.upgrade(config, "head")
+        with engine.connect() as connection:
+            assert connection.execute(text("SELECT count(*) FROM audit_head")).scalar() == 0
     finally:
         engine.dispose()

@@ -9,10 +9,12 @@ import pytest
 from flask.testing import FlaskClient
 from sqlalchemy import text
 
-from service.audit.store import list_events, verify_chain
+from service.audit.service import verify_audit
+from service.audit.store import list_events
 from service.cli import main
 from service.common.errors import ValidationFailed
 from service.config import load_settings
+from service.contracts.service import stored_contracts
 from service.db.database import Database
 from service.stream.retention import prune, prune_cutoff
 from tests.integration.conftest import Auth
@@ -107,7 +109,7 @@ def test_prune_removes_old_rows_and_keeps_aggregates(
     assert len(contracts["contracts"]) == 1
     with db.session() as session:
         events = list_events(session, type="predictions_pruned")
-        assert verify_chain(session)["valid"] is True
+        assert verify_audit(session, contracts=stored_contracts)["valid"] is True
     assert len(events) == 1
     assert events[0].details["predictions"] == 12
     assert events[0].details["cutoff"] == report.cutoff.isoformat()

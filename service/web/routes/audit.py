@@ -15,6 +15,7 @@ from service.audit.chain import Anchor
 from service.auth.tokens import Permission
 from service.common.errors import ErrorCollector, ErrorDetail, ValidationFailed
 from service.common.values import format_timestamp
+from service.contracts import service as contracts_service
 from service.web.auth import requires
 from service.web.db_session import db_session
 from service.web.queries import check_known, cursor_arg, encode_cursor, limit_arg, timestamp_arg
@@ -122,7 +123,12 @@ def _anchor_args() -> Anchor | None:
 @bp.get("/verify")
 @requires(Permission.READ)
 def verify() -> Response:
-    """Walk the chain and check the retirements; report the head, and whether the anchor
-    (``expected_seq`` with ``expected_sha256``), if given, is still on the chain."""
+    """Walk the chain, check the keyed head (under a key) and every contract, gate decision and
+    retirement against its event; report what was checked, the head, every problem (the first
+    100, and their count) and whether the anchor (``expected_seq`` with ``expected_sha256``),
+    if given, is still on the chain."""
     check_known(("expected_seq", "expected_sha256"))
-    return jsonify(audit_service.verify_audit(db_session(), _anchor_args()))
+    report = audit_service.verify_audit(
+        db_session(), _anchor_args(), contracts=contracts_service.stored_contracts
+    )
+    return jsonify(report)

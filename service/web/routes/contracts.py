@@ -86,7 +86,8 @@ def get_contract(contract_id: str) -> Response:
 @bp.get("/contracts/<contract_id>/verify")
 @requires(Permission.READ)
 def verify(contract_id: str) -> Response:
-    """Recompute the content hash from the stored record."""
+    """Recompute the content hash from the stored record; check it against the stored hash and
+    the contract's creation event."""
     return jsonify(contracts_service.verify_contract(db_session(), contract_id))
 
 
