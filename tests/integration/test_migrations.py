@@ -163,10 +163,10 @@ def test_hot_table_keys_compare_byte_by_byte(fresh_empty_url: str) -> None:
 
 
 def test_the_keyed_audit_head_table_comes_and_goes_with_its_revision(fresh_empty_url: str) -> None:
-    """Revision 0014 adds ``audit_head`` (one row at most) and its downgrade drops it, leaving
+    """Revision 0015 adds ``audit_head`` (one row at most) and its downgrade drops it, leaving
     the audit events as they were."""
     config = alembic_config(fresh_empty_url)
-    command.upgrade(config, "0014")
+    command.upgrade(config, "0015")
     engine = make_engine(fresh_empty_url)
     try:
         assert {c["name"] for c in inspect(engine).get_columns("audit_head")} == {
@@ -182,7 +182,7 @@ def test_the_keyed_audit_head_table_comes_and_goes_with_its_revision(fresh_empty
             connection.execute(text(row + "(2, 1, 1, 'h', 'k', 'm')"))
         with engine.begin() as connection:
             connection.execute(text(row + "(1, 1, 1, 'h', 'k', 'm')"))
-        command.downgrade(config, "0013")
+        command.downgrade(config, "0014")
         assert "audit_head" not in inspect(engine).get_table_names()
         assert "audit_events" in inspect(engine).get_table_names()
         command.upgrade(config, "head")
