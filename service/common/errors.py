@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+#: The most details an error reply lists; it gives the total beside them.
+MAX_DETAILS = 100
+
 
 @dataclass(frozen=True)
 class ErrorDetail:
@@ -22,14 +25,37 @@ class ErrorDetail:
 
 
 class CalmonError(Exception):
-    """Base of every error calmon reports to a client."""
+    """Base of every error calmon reports to a client.
+
+    ``details`` may be the first of more problems: ``details_total`` then says how many were
+    found and ``items`` how many batch items they concern (else both are counted from
+    ``details``).
+    """
 
     code = "error"
 
-    def __init__(self, message: str, details: list[ErrorDetail] | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        details: list[ErrorDetail] | None = None,
+        *,
+        details_total: int | None = None,
+        items: int | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.details = details or []
+        self.details_total = len(self.details) if details_total is None else details_total
+        self.items = (
+            len({d.item for d in self.details if d.item is not None}) if items is None else items
+        )
+
+
+class InvalidJson(CalmonError):
+    """The body is not JSON calmon accepts: a NaN/Infinity token, a key repeated within one
+    object (400)."""
+
+    code = "bad_request"
 
 
 class ValidationFailed(CalmonError):

@@ -1,15 +1,26 @@
-"""One JSON error envelope for every failure: ``{"error": {"code", "message", "details"}}``."""
+"""One JSON error envelope for every failure: ``{"error": {"code", "message", "details",
+"details_total"}}``.
+
+A reply is bounded whatever the request held: it lists at most ``MAX_DETAILS`` details (the first
+ones found) and says in ``details_total`` how many there were, and every text it quotes (a
+message, a detail's field path or message) is cut in the middle to at most ``MAX_TEXT``
+characters. The number of batch items the details name, counted before the cut, is kept on the
+request (``rejected_items``) for ``calmon_rejected_items_total``.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from flask import Flask, Response, jsonify
+from flask import Flask, Response, g, has_request_context, jsonify
 from sqlalchemy.exc import DBAPIError, OperationalError
 from werkzeug.exceptions import HTTPException
 
-from service.common.errors import CalmonError, Conflict, NotFound, ValidationFailed
+from service.common.errors import MAX_DETAILS, CalmonError, Conflict, NotFound, ValidationFailed
+from service.common.json_paths import shorten
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +48,12 @@ _CODE_BY_STATUS = {
 
 
 class ApiError(Exception):
-    """An error raised at the HTTP edge (auth, body parsing), with its status."""
+    """An error raised at the HTTP edge (auth, body parsing), with its status.
+
+    ``details`` may be the first of more problems: ``details_total`` then says how many were
+    found and ``items`` how many batch items they concern (else both are counted from
+    ``details``).
+    """
 
     def __init__(
         self,
@@ -46,6 +62,9 @@ class ApiError(Exception):
         code: str | None = None,
         details: list[dict[str, Any]] | None = None,
         headers: dict[str, str] | None = None,
+        *,
+        details_total: int | None = None,
+        items: int | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -53,17 +72,57 @@ class ApiError(Exception):
         self.message = message
         self.details = details or []
         self.headers = headers or {}
+        self.details_total = details_total
+        self.items = items
+
+
+@dataclass(frozen=True)
+class RejectedRequest:
+    """What the metrics keep of an error reply: its code and how many batch items its details
+    named (all of them, not only those the reply lists)."""
+
+    code: str
+    items: int
+
+
+def _bounded(detail: dict[str, Any]) -> dict[str, Any]:
+    return {k: shorten(v) if isinstance(v, str) else v for k, v in detail.items()}
+
+
+def _items_named(details: Sequence[dict[str, Any]]) -> int:
+    return len({d["item"] for d in details if d.get("item") is not None})
 
 
 def error_response(
     status: int,
     code: str,
     message: str,
-    details: list[dict[str, Any]] | None = None,
+    details: Sequence[dict[str, Any]] | None = None,
     headers: dict[str, str] | None = None,
+    *,
+    details_total: int | None = None,
+    items: int | None = None,
 ) -> Response:
-    """Build the error envelope."""
-    response = jsonify({"error": {"code": code, "message": message, "details": details or []}})
+    """Build the error envelope: at most ``MAX_DETAILS`` of ``details``, every text shortened to
+    ``MAX_TEXT`` characters, and ``details_total`` (default: how many ``details`` there are).
+
+    ``items`` is how many batch items the details concern (default: the distinct ``item``
+    indices of ``details``); it is kept on the request for the rejected-items counter.
+    """
+    details = details or []
+    body = {
+        "error": {
+            "code": code,
+            "message": shorten(message),
+            "details": [_bounded(d) for d in details[:MAX_DETAILS]],
+            "details_total": len(details) if details_total is None else details_total,
+        }
+    }
+    if has_request_context():
+        g.rejected_request = RejectedRequest(
+            code, _items_named(details) if items is None else items
+        )
+    response = jsonify(body)
     response.status_code = status
     for name, value in (headers or {}).items():
         response.headers[name] = value
@@ -75,13 +134,27 @@ def register_error_handlers(app: Flask) -> None:
 
     @app.errorhandler(ApiError)
     def _api_error(exc: ApiError) -> Response:
-        return error_response(exc.status, exc.code, exc.message, exc.details, exc.headers)
+        return error_response(
+            exc.status,
+            exc.code,
+            exc.message,
+            exc.details,
+            exc.headers,
+            details_total=exc.details_total,
+            items=exc.items,
+        )
 
     @app.errorhandler(CalmonError)
     def _domain_error(exc: CalmonError) -> Response:
         status = next((s for cls, s in _STATUS_BY_ERROR if isinstance(exc, cls)), 400)
-        details = [d.to_dict() for d in exc.details]
-        return error_response(status, exc.code, exc.message, details)
+        return error_response(
+            status,
+            exc.code,
+            exc.message,
+            [d.to_dict() for d in exc.details[:MAX_DETAILS]],
+            details_total=exc.details_total,
+            items=exc.items,
+        )
 
     @app.errorhandler(HTTPException)
     def _http_error(exc: HTTPException) -> Response:
