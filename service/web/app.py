@@ -15,6 +15,7 @@ from service.export.refresher import Refresher
 from service.logging import configure_logging
 from service.web.db_session import init_session_handling
 from service.web.http_errors import register_error_handlers
+from service.web.last_resort import LastResort
 from service.web.request_log import init_request_log
 from service.web.routes import register_blueprints
 from service.web.routes.metrics import init_metrics
@@ -43,6 +44,7 @@ def create_app(config: Mapping[str, Any] | Settings | None = None) -> Flask:
     register_error_handlers(app)
     init_metrics(app)
     register_blueprints(app)
+    app.wsgi_app = LastResort(app.wsgi_app)  # type: ignore[method-assign]
     refresher = Refresher(database, settings)
     app.extensions["calmon.refresher"] = refresher
     if settings.refresh_in_service:

@@ -16,13 +16,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from flask import Flask, Response, g, has_request_context, jsonify
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError
 from werkzeug.exceptions import HTTPException
 
 from service.common.errors import MAX_DETAILS, CalmonError, Conflict, NotFound, ValidationFailed
 from service.common.json_paths import shorten
+from service.db.errors import DRIVER_ERROR, database_unavailable
 
 log = logging.getLogger(__name__)
+
+#: Seconds a client is asked to wait before sending a request the database could not serve.
+RETRY_AFTER_SECONDS = 5
 
 _STATUS_BY_ERROR: tuple[tuple[type[CalmonError], int], ...] = (
     (ValidationFailed, 422),
@@ -129,6 +133,28 @@ def error_response(
     return response
 
 
+def database_unavailable_response() -> Response:
+    """503 ``database_unavailable`` with ``Retry-After``: the database is lost, shut down, out of
+    resources or taking no writes; the request wrote nothing and may be sent again."""
+    return error_response(
+        503,
+        "database_unavailable",
+        "the database is unavailable or could not complete the request; retry shortly",
+        headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+    )
+
+
+def database_error_response(driver_error: object, exc: BaseException) -> Response:
+    """The reply to a database error ``exc`` (``driver_error`` is what the driver raised): 503
+    when the database cannot serve now (``service.db.errors.database_unavailable``), else 500;
+    the log names the driver's error class, never its message (which may quote values)."""
+    if database_unavailable(exc):
+        log.warning("database unavailable: %s", type(driver_error).__name__)
+        return database_unavailable_response()
+    log.error("database error: %s", type(driver_error).__name__)
+    return error_response(500, "internal_error", "the database rejected the operation")
+
+
 def register_error_handlers(app: Flask) -> None:
     """Map domain errors, HTTP exceptions and database outages to the envelope; never a trace."""
 
@@ -168,20 +194,14 @@ def register_error_handlers(app: Flask) -> None:
             response.headers["Allow"] = exc.get_response().headers["Allow"]
         return response
 
-    @app.errorhandler(OperationalError)
-    def _database_unavailable(exc: OperationalError) -> Response:
-        log.warning("database unavailable: %s", type(exc.orig).__name__ if exc.orig else exc)
-        return error_response(
-            503,
-            "database_unavailable",
-            "the database is unavailable or could not complete the request; retry shortly",
-            headers={"Retry-After": "5"},
-        )
-
     @app.errorhandler(DBAPIError)
     def _database_error(exc: DBAPIError) -> Response:
-        log.error("database error: %s", type(exc.orig).__name__ if exc.orig else exc)
-        return error_response(500, "internal_error", "the database rejected the operation")
+        return database_error_response(exc.orig if exc.orig is not None else exc, exc)
+
+    @app.errorhandler(DRIVER_ERROR)
+    def _driver_error(exc: Exception) -> Response:
+        # A psycopg error no storage module translated: the same rules.
+        return database_error_response(exc, exc)
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception) -> Response:
