@@ -3,6 +3,7 @@ unexpected errors; bounded however many problems a body holds; repeated keys ref
 
 from __future__ import annotations
 
+import io
 import json
 import tracemalloc
 from typing import Any
@@ -182,3 +183,39 @@ def test_a_key_repeated_within_an_object_is_refused_and_named(
     assert reading["n_predictions"] == 0
     cohorts = client.get("/v1/models/dup/cohorts", headers=auth.headers()).get_json()
     assert all(s["n_labeled"] == 0 for s in cohorts["slices"])
+
+
+def test_a_chunked_body_over_the_limit_is_413_like_one_with_its_length(database_url: str) -> None:
+    app = create_app(
+        {"database_url": database_url, "admin_token": ADMIN_TOKEN, "max_body_bytes": 1000}
+    )
+    client = app.test_client()
+    headers = {
+        "Authorization": f"Bearer {ADMIN_TOKEN}",
+        "Content-Type": "application/json",
+        "Transfer-Encoding": "chunked",
+    }
+    # What gunicorn hands over for a chunked body: no Content-Length, input terminated.
+    server = {"wsgi.input_terminated": True}
+    valid_then_padding = b'{"model": "m", "labels": []}' + b" " * 2000
+    try:
+        for raw in (valid_then_padding, b'{"model": "' + b"m" * 5000 + b'"}', b" " * 1001):
+            response = client.post(
+                "/v1/labels",
+                input_stream=io.BytesIO(raw),
+                headers=headers,
+                environ_overrides=server,
+            )
+            error = assert_envelope(response, 413, "payload_too_large")
+            assert "1000" in error["message"]
+        exactly = b'{"model": "m", "labels": []}'.ljust(1000)
+        response = client.post(
+            "/v1/labels",
+            input_stream=io.BytesIO(exactly),
+            headers=headers,
+            environ_overrides=server,
+        )
+        error = assert_envelope(response, 422, "validation_failed")
+        assert error["details"][0]["field"] == "labels"
+    finally:
+        app.extensions["calmon.database"].dispose()
