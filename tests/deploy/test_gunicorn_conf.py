@@ -73,7 +73,7 @@ def test_defaults_are_those_of_calmon_serve(monkeypatch: pytest.MonkeyPatch) -> 
     serve_app = server.CalmonServer(server.gunicorn_settings_of(settings))
     expected = loaded(serve_app.cfg, server.gunicorn_settings(bind="x", workers=1, threads=1))
     assert config_file_settings(monkeypatch) == expected
-    assert expected["worker_class"] == "gthread"
+    assert expected["worker_class"] is server.CalmonThreadWorker
     assert expected["graceful_timeout"] == server.GRACEFUL_TIMEOUT_SECONDS
     assert expected["on_starting"] is server.on_starting
     assert expected["post_worker_init"] is server.post_worker_init
@@ -98,7 +98,7 @@ def test_bind_workers_and_threads_come_from_the_environment(
     assert settings["bind"] == ["0.0.0.0:9000"]
     assert settings["workers"] == 5
     assert settings["threads"] == 1
-    assert settings["worker_class"] == "sync"
+    assert settings["worker_class"] is server.CalmonSyncWorker
 
 
 @pytest.mark.parametrize(
