@@ -3,9 +3,10 @@
 
 A reply is bounded whatever the request held: it lists at most ``MAX_DETAILS`` details (the first
 ones found) and says in ``details_total`` how many there were, and every text it quotes (a
-message, a detail's field path or message) is cut in the middle to at most ``MAX_TEXT``
-characters. The number of batch items the details name, counted before the cut, is kept on the
-request (``rejected_items``) for ``calmon_rejected_items_total``.
+message, a detail's field path or message) is cut in the middle to at most
+``service.common.json_paths.MAX_TEXT`` characters. The number of batch items the details name,
+counted before the cut, is kept on the request (``g.rejected_request``) for
+``calmon_rejected_items_total``.
 """
 
 from __future__ import annotations
@@ -107,8 +108,8 @@ def error_response(
     details_total: int | None = None,
     items: int | None = None,
 ) -> Response:
-    """Build the error envelope: at most ``MAX_DETAILS`` of ``details``, every text shortened to
-    ``MAX_TEXT`` characters, and ``details_total`` (default: how many ``details`` there are).
+    """Build the error envelope: at most ``MAX_DETAILS`` of ``details``, every text shortened
+    (``shorten``), and ``details_total`` (default: how many ``details`` there are).
 
     ``items`` is how many batch items the details concern (default: the distinct ``item``
     indices of ``details``); it is kept on the request for the rejected-items counter.
