@@ -96,16 +96,29 @@ class NoActiveContract(Conflict):
 
 @dataclass
 class ErrorCollector:
-    """Accumulates every problem of a request so the reply can list them all at once."""
+    """Accumulates every problem of a request so the reply can list them all at once.
+
+    It keeps the first ``MAX_DETAILS`` (as many as a reply lists) and counts them all, with the
+    batch items they concern: a body naming millions of problems costs a count, not millions of
+    details.
+    """
 
     details: list[ErrorDetail] = field(default_factory=list)
+    total: int = 0
+    items: set[int] = field(default_factory=set)
 
     def add(self, field_name: str, message: str, item: int | None = None) -> None:
-        self.details.append(ErrorDetail(field_name, message, item))
+        self.total += 1
+        if item is not None:
+            self.items.add(item)
+        if len(self.details) < MAX_DETAILS:
+            self.details.append(ErrorDetail(field_name, message, item))
 
     def __bool__(self) -> bool:
-        return bool(self.details)
+        return self.total > 0
 
     def raise_if_any(self, message: str = "the request has invalid fields") -> None:
-        if self.details:
-            raise ValidationFailed(message, list(self.details))
+        if self.total:
+            raise ValidationFailed(
+                message, list(self.details), details_total=self.total, items=len(self.items)
+            )

@@ -4,18 +4,17 @@ list of those problems.
 A body of a few megabytes can hold millions of problems under keys of a megabyte each: a path
 written out for every one of them would take terabytes. So a path is a chain of ``(parent, key
 or index)`` links (``None`` is the body itself), which costs one tuple per node however long
-its ancestors' keys are; ``BoundedProblems`` writes out the first ``MAX_DETAILS`` paths, each
-key in them cut to ``MAX_KEY`` characters and the whole to ``MAX_TEXT``, and only counts the
-rest.
+its ancestors' keys are; ``BoundedProblems`` writes out the paths of the first ``MAX_DETAILS``
+problems, each key in them cut to ``MAX_KEY`` characters and the whole to ``MAX_TEXT``, and only
+counts the rest.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
-from service.common.errors import MAX_DETAILS, ErrorDetail
+from service.common.errors import MAX_DETAILS, ErrorCollector
 
 #: The most characters of any text an error reply quotes (a message, a field path).
 MAX_TEXT = 300
@@ -100,21 +99,9 @@ def written(path: JsonPath) -> str:
     return shorten("".join(out)) or "(body)"
 
 
-@dataclass
-class BoundedProblems:
-    """The first ``MAX_DETAILS`` problems found in a body, with their paths written out, how
-    many there were in all and the batch items they concern."""
+class BoundedProblems(ErrorCollector):
+    """An ``ErrorCollector`` of problems found at paths into a body: a path is written out only
+    for the problems kept."""
 
-    details: list[ErrorDetail] = field(default_factory=list)
-    total: int = 0
-    items: set[int] = field(default_factory=set)
-
-    def add(self, path: JsonPath, item: int | None, message: str) -> None:
-        self.total += 1
-        if item is not None:
-            self.items.add(item)
-        if len(self.details) < MAX_DETAILS:
-            self.details.append(ErrorDetail(written(path), message, item))
-
-    def __bool__(self) -> bool:
-        return self.total > 0
+    def add_at(self, path: JsonPath, item: int | None, message: str) -> None:
+        self.add(written(path) if len(self.details) < MAX_DETAILS else "", message, item)

@@ -77,7 +77,8 @@ class JsonText:
         for path, item, node in walk(value, self.batch_keys):
             if isinstance(node, _Repeating):
                 for key, times in node.repeated.items():
-                    problems.add((path, key), item, f"the key appears {times} times in this object")
+                    message = f"the key appears {times} times in this object"
+                    problems.add_at((path, key), item, message)
         if problems:
             raise InvalidJson(
                 "body repeats a key within an object: keys must be unique (I-JSON)",

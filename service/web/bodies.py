@@ -102,9 +102,10 @@ def _check_strings_and_numbers(value: Any) -> None:
     tokens, texts = BoundedProblems(), BoundedProblems()
     for path, item, node in walk(value, _BATCH_KEYS):
         if isinstance(node, _NonFinite):
-            tokens.add(path, item, f"{node.token} is not a valid JSON number (finite numbers only)")
+            message = f"{node.token} is not a valid JSON number (finite numbers only)"
+            tokens.add_at(path, item, message)
         elif isinstance(node, str) and (problem := text_problem(node)) is not None:
-            texts.add(path, item, problem)
+            texts.add_at(path, item, problem)
     if tokens:
         raise _error(400, "body is not valid JSON: NaN and Infinity are not numbers", tokens)
     if texts:

@@ -136,7 +136,7 @@ def test_walk_gives_batch_items_and_document_order() -> None:
 def test_bounded_problems_count_all_and_keep_the_first() -> None:
     problems = BoundedProblems()
     for i in range(1_000):
-        problems.add(((None, "labels"), i), i % 7, "bad")
+        problems.add_at(((None, "labels"), i), i % 7, "bad")
     assert problems.total == 1_000 and len(problems.details) == MAX_DETAILS
     assert problems.items == set(range(7))
     assert problems.details[0].field == "labels[0]"
