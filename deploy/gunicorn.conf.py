@@ -3,10 +3,11 @@
     gunicorn -c deploy/gunicorn.conf.py 'service:create_app()'
 
 The settings are the ones ``calmon serve`` uses (``service.server.gunicorn_settings``: gthread
-workers, 30 s graceful shutdown on SIGTERM, the Prometheus multiprocess directory wiped and
-prepared in ``on_starting``, each worker's start-up heap frozen out of the garbage collector's
-full passes in ``post_worker_init``, dead workers marked in ``child_exit``), read from the
-environment:
+workers whose own error replies, such as 414 for a request line too long and 431 for header
+fields too large, are calmon's JSON envelope; 30 s graceful shutdown on SIGTERM; the Prometheus
+multiprocess directory wiped and prepared in ``on_starting``; each worker's start-up heap frozen
+out of the garbage collector's full passes in ``post_worker_init``; dead workers marked in
+``child_exit``), read from the environment:
 
     CALMON_BIND               host:port to listen on (default 127.0.0.1:8000; the image sets
                               0.0.0.0:8000)

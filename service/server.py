@@ -4,22 +4,37 @@ The settings and hooks live here once and serve both ways of starting calmon: ``
 (:func:`serve`) and plain ``gunicorn -c deploy/gunicorn.conf.py 'service:create_app()'``, whose
 config file applies :func:`gunicorn_settings_from_env`. Both take their defaults from
 ``Settings`` (``bind``, ``workers``, ``threads``).
+
+The workers are gunicorn's own with one change: a request gunicorn refuses before calmon sees it
+(a request line over ``limit_request_line``, header fields over ``limit_request_fields`` or
+``limit_request_field_size``, a malformed request) is answered with calmon's JSON error envelope
+instead of gunicorn's HTML page (:class:`JsonErrorReplies`).
 """
 
 from __future__ import annotations
 
 import gc
+import json
+import logging
 import os
 import shutil
+import ssl
 import tempfile
 from collections.abc import Mapping
 from dataclasses import replace
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
+from gunicorn import util
 from gunicorn.app.base import BaseApplication
+from gunicorn.http import errors
+from gunicorn.workers.gthread import ThreadWorker
+from gunicorn.workers.sync import SyncWorker
 
 from service.config import Settings, load_settings
+
+log = logging.getLogger(__name__)
 
 GRACEFUL_TIMEOUT_SECONDS = 30
 # A worker silent for this long is killed and replaced (large ingest batches take seconds).
@@ -41,6 +56,71 @@ class CalmonServer(BaseApplication):  # type: ignore[misc]
         from service import create_app
 
         return create_app()
+
+
+def refusal(exc: BaseException) -> tuple[int, str, str]:
+    """The status, code and message of the reply to a request gunicorn could not hand to
+    calmon because of ``exc``: 414, 431, 400 and the like for what the client sent, 500 for
+    anything else."""
+    if isinstance(exc, errors.InvalidResponseHeader | errors.InvalidResponseHeaderName):
+        return 500, "internal_error", "an internal error occurred"
+    if isinstance(exc, errors.LimitRequestLine):
+        return (
+            414,
+            "uri_too_long",
+            "the request line (method, path and query) is longer than the server takes",
+        )
+    if isinstance(exc, errors.LimitRequestHeaders):
+        return (
+            431,
+            "request_header_fields_too_large",
+            "the request has more header fields, or a longer one, than the server takes",
+        )
+    if isinstance(exc, errors.UnsupportedTransferCoding):
+        return 501, "not_implemented", "the request's Transfer-Encoding is not supported"
+    if isinstance(exc, errors.ExpectationFailed):
+        return 417, "expectation_failed", "the request's Expect header cannot be met"
+    if isinstance(exc, errors.ForbiddenProxyRequest | ssl.SSLError):
+        return 403, "forbidden", "the request is not allowed"
+    if isinstance(exc, errors.ParseException) and not isinstance(exc, errors.ConfigurationProblem):
+        return 400, "bad_request", f"the HTTP request is malformed ({type(exc).__name__})"
+    return 500, "internal_error", "an internal error occurred"
+
+
+def refusal_bytes(status: int, code: str, message: str) -> bytes:
+    """A whole HTTP/1.1 reply carrying the error envelope; the connection closes after it."""
+    body = json.dumps(
+        {"error": {"code": code, "message": message, "details": [], "details_total": 0}}
+    ).encode()
+    head = (
+        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\nConnection: close\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode("latin-1") + body
+
+
+class JsonErrorReplies:
+    """A gunicorn worker whose own error replies are calmon's JSON envelope (gunicorn writes an
+    HTML page). Mixed in before gunicorn's worker class."""
+
+    def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
+        status, code, message = refusal(exc)
+        if status == 500:
+            log.exception("error outside calmon while handling a request")
+        else:
+            log.warning("request refused by gunicorn (%s): %s", status, type(exc).__name__)
+        try:
+            util.write_nonblock(client, refusal_bytes(status, code, message))
+        except Exception:  # the client may be gone; nothing to tell it then
+            log.debug("could not send the refusal")
+
+
+class CalmonThreadWorker(JsonErrorReplies, ThreadWorker):  # type: ignore[misc]
+    """gunicorn's gthread worker, its error replies JSON."""
+
+
+class CalmonSyncWorker(JsonErrorReplies, SyncWorker):  # type: ignore[misc]
+    """gunicorn's sync worker, its error replies JSON."""
 
 
 def prepare_multiprocess_metrics(settings: Settings | None = None) -> Path:
@@ -86,7 +166,8 @@ def child_exit(_server: Any, worker: Any) -> None:
 def gunicorn_settings(*, bind: str, workers: int, threads: int) -> dict[str, Any]:
     """Return the gunicorn settings of a calmon server listening on ``bind`` (``host:port``).
 
-    ``threads`` > 1 selects gthread workers; SIGTERM drains in-flight requests for up to
+    ``threads`` > 1 selects gthread workers (``CalmonThreadWorker``, else ``CalmonSyncWorker``:
+    gunicorn's, their own error replies JSON); SIGTERM drains in-flight requests for up to
     ``GRACEFUL_TIMEOUT_SECONDS``. Counters and histograms add up across workers through
     prometheus-client's multiprocess mode (``on_starting`` and ``child_exit``); each worker
     freezes its start-up heap out of the garbage collector's full passes (``post_worker_init``).
@@ -94,7 +175,7 @@ def gunicorn_settings(*, bind: str, workers: int, threads: int) -> dict[str, Any
     return {
         "bind": bind,
         "workers": workers,
-        "worker_class": "gthread" if threads > 1 else "sync",
+        "worker_class": CalmonThreadWorker if threads > 1 else CalmonSyncWorker,
         "threads": threads,
         "graceful_timeout": GRACEFUL_TIMEOUT_SECONDS,
         "timeout": WORKER_TIMEOUT_SECONDS,

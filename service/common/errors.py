@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+#: The most details an error reply lists; it gives the total beside them.
+MAX_DETAILS = 100
+
 
 @dataclass(frozen=True)
 class ErrorDetail:
@@ -22,14 +25,37 @@ class ErrorDetail:
 
 
 class CalmonError(Exception):
-    """Base of every error calmon reports to a client."""
+    """Base of every error calmon reports to a client.
+
+    ``details`` may be the first of more problems: ``details_total`` then says how many were
+    found and ``items`` how many batch items they concern (else both are counted from
+    ``details``).
+    """
 
     code = "error"
 
-    def __init__(self, message: str, details: list[ErrorDetail] | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        details: list[ErrorDetail] | None = None,
+        *,
+        details_total: int | None = None,
+        items: int | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.details = details or []
+        self.details_total = len(self.details) if details_total is None else details_total
+        self.items = (
+            len({d.item for d in self.details if d.item is not None}) if items is None else items
+        )
+
+
+class InvalidJson(CalmonError):
+    """The body is not JSON calmon accepts: a NaN/Infinity token, a key repeated within one
+    object (400)."""
+
+    code = "bad_request"
 
 
 class ValidationFailed(CalmonError):
@@ -70,16 +96,29 @@ class NoActiveContract(Conflict):
 
 @dataclass
 class ErrorCollector:
-    """Accumulates every problem of a request so the reply can list them all at once."""
+    """Accumulates every problem of a request so the reply can list them all at once.
+
+    It keeps the first ``MAX_DETAILS`` (as many as a reply lists) and counts them all, with the
+    batch items they concern: a body naming millions of problems costs a count, not millions of
+    details.
+    """
 
     details: list[ErrorDetail] = field(default_factory=list)
+    total: int = 0
+    items: set[int] = field(default_factory=set)
 
     def add(self, field_name: str, message: str, item: int | None = None) -> None:
-        self.details.append(ErrorDetail(field_name, message, item))
+        self.total += 1
+        if item is not None:
+            self.items.add(item)
+        if len(self.details) < MAX_DETAILS:
+            self.details.append(ErrorDetail(field_name, message, item))
 
     def __bool__(self) -> bool:
-        return bool(self.details)
+        return self.total > 0
 
     def raise_if_any(self, message: str = "the request has invalid fields") -> None:
-        if self.details:
-            raise ValidationFailed(message, list(self.details))
+        if self.total:
+            raise ValidationFailed(
+                message, list(self.details), details_total=self.total, items=len(self.items)
+            )

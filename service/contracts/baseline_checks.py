@@ -113,7 +113,7 @@ def _check_task_keys(value: Any, path: str, task: str, errors: ErrorCollector) -
     a stored reading by its keys: a binary one has ``auc``)."""
     if not isinstance(value, Mapping):
         return True
-    before = len(errors.details)
+    before = errors.total
     if task == "binary":
         for key in _BINARY_READING_KEYS:
             if key not in value:
@@ -122,7 +122,7 @@ def _check_task_keys(value: Any, path: str, task: str, errors: ErrorCollector) -
         for key in _BINARY_ONLY_KEYS:
             if key in value:
                 errors.add(f"{path}.{key}", "is a field of binary readings only")
-    return len(errors.details) == before
+    return errors.total == before
 
 
 def _check_bins(

@@ -126,6 +126,10 @@ class Backend(Protocol):
     def after_prune(self, connection: Connection, cutoff: datetime) -> None:
         """Whatever the backend's indexes need after rows before ``cutoff`` were deleted."""
 
+    def writes_refused(self, connection: Connection) -> str | None:
+        """Why the database takes no writes now (a standby, read-only sessions, a read-only
+        file), or None; run on a migrated database, writes nothing."""
+
 
 def backend_of(bind: Session | Connection) -> Backend:
     """The ``Backend`` of a session's or a connection's database."""

@@ -67,7 +67,8 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     url = _normalise_url(url)
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
-        if parsed.database and parsed.database != ":memory:":
+        # A "file:" URI (with uri=true, say mode=ro) names a file that must exist already.
+        if parsed.database and parsed.database != ":memory:" and not parsed.query.get("uri"):
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS}, **kwargs)
         _configure_sqlite(engine)

@@ -3,7 +3,9 @@ return in one round trip, advisory locks, planner statistics, and per-row primar
 fenced from the planner (``OFFSET 0``).
 
 A label finds its prediction with one probe of the primary key ``(model, id)`` of
-``predictions``.
+``predictions``. What psycopg raises on the statements it runs directly (the ``COPY`` and the
+binary fetches) leaves this module as SQLAlchemy's error for it, the connection invalidated when
+it was lost (``_driver_errors``), like every other statement's.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any, cast
 import psycopg
 from sqlalchemy import Connection, Select, Table, text
 from sqlalchemy.dialects import postgresql
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
 from service.db.backend import AnySelect, Columns, RecordedLabels, Rows
@@ -43,10 +46,34 @@ def _psycopg(session: Session) -> psycopg.Connection[Any]:
     return cast("psycopg.Connection[Any]", session.connection().connection.dbapi_connection)
 
 
+@contextmanager
+def _driver_errors(session: Session, statement: str) -> Iterator[None]:
+    """Raise what psycopg raises within the block as SQLAlchemy would have: its ``DBAPIError``
+    subclass (``OperationalError`` for a lost connection, ``IntegrityError`` for a broken key),
+    the session's connection invalidated first when psycopg lost it, so that nothing tries to
+    roll it back and the pool opens a new one."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        connection = session.connection()
+        driver = _psycopg(session)
+        lost = driver.closed or driver.broken
+        if lost:
+            connection.invalidate(exc)
+        raise DBAPIError.instance(
+            statement,
+            None,
+            exc,
+            psycopg.Error,
+            connection_invalidated=lost,
+            dialect=connection.dialect,
+        ) from exc
+
+
 def _binary_rows(session: Session, sql: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
     """Every row of ``sql`` (``%(name)s`` parameters) fetched in binary, in the session's
     transaction: a ``bytea`` arrives as bytes rather than hex text, an array as a list."""
-    with _psycopg(session).cursor(binary=True) as cursor:
+    with _driver_errors(session, sql), _psycopg(session).cursor(binary=True) as cursor:
         cursor.execute(sql, dict(params))
         return cursor.fetchall()
 
@@ -108,7 +135,11 @@ class PostgreSQL:
         )
         names = ", ".join(name for name, _, _ in columns)
         copy_sql = f"COPY {table} ({names}) FROM STDIN (FORMAT BINARY)"
-        with _psycopg(session).cursor() as cursor, cursor.copy(copy_sql) as copy:
+        with (
+            _driver_errors(session, copy_sql),
+            _psycopg(session).cursor() as cursor,
+            cursor.copy(copy_sql) as copy,
+        ):
             copy.set_types([pg for _, pg, _ in columns])
             for row in rows:
                 copy.write_row(row)
@@ -169,7 +200,9 @@ class PostgreSQL:
         try:
             with session.begin_nested():
                 row = self._record_labels(session, params, speculative=False)
-        except psycopg.errors.UniqueViolation:
+        except IntegrityError as exc:
+            if not isinstance(exc.orig, psycopg.errors.UniqueViolation):
+                raise
             row = self._record_labels(session, params, speculative=True)
         ids, labels, label_seconds, contract_ids, seconds, slices, inputs, waiting = (
             [] if value is None else value for value in row
@@ -217,6 +250,18 @@ class PostgreSQL:
             " WHERE l.model = :model AND NOT l.joined FOR UPDATE OF l"
         )
         return [tuple(r) for r in session.execute(statement, {"model": model})]
+
+    def writes_refused(self, connection: Connection) -> str | None:
+        """A standby in recovery, or sessions read-only by default (``ALTER DATABASE ... SET
+        default_transaction_read_only``, or the server's setting)."""
+        in_recovery, read_only = connection.execute(
+            text("SELECT pg_is_in_recovery(), current_setting('transaction_read_only')")
+        ).one()
+        if in_recovery:
+            return "the database is a standby in recovery: it takes no writes"
+        if read_only == "on":
+            return "the database's transactions are read-only (default_transaction_read_only)"
+        return None
 
     def after_prune(self, connection: Connection, cutoff: datetime) -> None:
         """Summarise the block ranges of the BRIN indexes on ``ts`` not yet summarised."""

@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Select, Table, bindparam, text
 from sqlalchemy.dialects import sqlite
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 from sqlalchemy.types import TypeEngine
 
@@ -155,6 +156,16 @@ class SQLite:
         return [tuple(r) for r in session.execute(statement, {"model": model})]
 
     def after_prune(self, connection: Connection, cutoff: datetime) -> None:
+        return None
+
+    def writes_refused(self, connection: Connection) -> str | None:
+        """An update that matches no row still needs a writable file (SQLite opens a file it may
+        not write read-only, and ``mode=ro`` does so on purpose); the caller's transaction is
+        rolled back, so nothing is written either way."""
+        try:
+            connection.execute(text("UPDATE alembic_version SET version_num = version_num WHERE 0"))
+        except OperationalError as exc:
+            return f"the database file takes no writes ({type(exc.orig).__name__}: {exc.orig})"
         return None
 
 

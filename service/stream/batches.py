@@ -31,6 +31,7 @@ from service.common.fields import (
     Timestamp,
     json_pattern,
 )
+from service.common.json_text import JsonText
 from service.common.values import (
     NAME_PATTERN,
     TIMESTAMP_HINT,
@@ -49,11 +50,13 @@ MAX_BATCH_ITEMS = 100_000
 
 @dataclass(frozen=True)
 class BatchEnvelope:
-    """The batch-level fields: which model, which contract (optional), the raw items."""
+    """The batch-level fields: which model, which contract (optional), the raw items; and the
+    body's JSON text, if it came as one, with the envelope's keys and strings tallied."""
 
     model: str
     contract_id: str | None
     items: list[Any]
+    text: JsonText | None = None
 
 
 @dataclass(frozen=True)
@@ -101,14 +104,26 @@ def _envelope(name: str, items_key: str, item_schema: dict[str, Any]) -> Body:
 
 
 def parse_envelope(
-    body: Mapping[str, Any], items_key: str, max_items: int = MAX_BATCH_ITEMS
+    body: Mapping[str, Any],
+    items_key: str,
+    max_items: int = MAX_BATCH_ITEMS,
+    text: JsonText | None = None,
 ) -> BatchEnvelope:
-    """Check ``{"model", "contract_id"?, items_key: [...]}`` (``PREDICTIONS``, ``LABELS``)."""
+    """Check ``{"model", "contract_id"?, items_key: [...]}`` (``PREDICTIONS``, ``LABELS``).
+
+    ``text`` is the JSON text ``body`` was decoded from, if any: a body refused here is first
+    checked for repeated keys (which would explain it), one accepted carries the text on.
+    """
     errors = ErrorCollector()
     declared = PREDICTIONS if items_key == "predictions" else LABELS
     values = declared.parse(body, errors, datetime.now(UTC), {"max_items": max_items})
+    if errors and text is not None:
+        text.refuse_repeated_keys()
     errors.raise_if_any(f"the {items_key} batch is invalid")
-    return BatchEnvelope(values["model"], values.get("contract_id"), values[items_key])
+    if text is not None:
+        # The envelope's keys, and its strings: the model and the contract id, if given.
+        text = text.plus(len(body) + sum(type(v) is str for v in body.values()))
+    return BatchEnvelope(values["model"], values.get("contract_id"), values[items_key], text)
 
 
 def _check_id(value: Any, path: str, errors: ErrorCollector, item: int | None) -> str | None:
@@ -301,11 +316,13 @@ def _stamps_in_range(raw: list[Any], now: datetime) -> list[datetime] | None:
 
 def _parse_predictions_fast(
     items: Sequence[Any], task: str, n_classes: int, now: datetime
-) -> PredictionBatch | None:
+) -> tuple[PredictionBatch, int] | None:
     """Validate a whole batch with set and array operations; None if anything looks wrong.
 
     The common case of a clean batch costs a few microseconds per item; any doubt falls back to
-    the item-by-item path, which names every problem.
+    the item-by-item path, which names every problem. Also returns how many keys and strings
+    the items hold (``service.common.json_text``): those of the items, their ids and
+    timestamps, and the keys and values of their cohorts; logits and scores are numbers.
     """
     allowed = frozenset(PREDICTION_ITEM[task].fields)
     value_key = "logits" if task == "multiclass" else "score"
@@ -349,19 +366,28 @@ def _parse_predictions_fast(
         return None
     if not np.isfinite(inputs).all() or inputs_problem(inputs, task) is not None:
         return None
-    return PredictionBatch(ids=ids, ts=valid, cohorts=cohorts, inputs=inputs)
+    tally = sum(map(len, items)) + 2 * len(ids) + 2 * sum(map(len, cohorts))
+    return PredictionBatch(ids=ids, ts=valid, cohorts=cohorts, inputs=inputs), tally
 
 
 def parse_predictions(
-    items: Sequence[Any], *, task: str, n_classes: int, now: datetime | None = None
+    items: Sequence[Any],
+    *,
+    task: str,
+    n_classes: int,
+    now: datetime | None = None,
+    text: JsonText | None = None,
 ) -> PredictionBatch:
     """Validate every item against the rules of the module docstring, timestamps against the
     time of receipt ``now`` (default: the current time); raise ``ValidationFailed`` listing each
-    bad item and field."""
+    bad item and field. ``text`` is the body's JSON text (``BatchEnvelope.text``), if it came as
+    one: ``InvalidJson`` if an object in it repeats a key."""
     now = now or datetime.now(UTC)
     fast = _parse_predictions_fast(items, task, n_classes, now)
+    if text is not None and (fast is None or not text.proves_unique_keys(fast[1])):
+        text.refuse_repeated_keys()
     if fast is not None:
-        return fast
+        return fast[0]
     errors = ErrorCollector()
     declared = PREDICTION_ITEM[task]
     value_key = "logits" if task == "multiclass" else "score"
@@ -403,9 +429,11 @@ def _label_indices(labels: list[Any], index_of: Mapping[str, int]) -> list[int] 
 
 def _parse_labels_fast(
     items: Sequence[Any], index_of: Mapping[str, int], now: datetime
-) -> LabelBatch | None:
+) -> tuple[LabelBatch, int] | None:
     """Validate a clean label batch with set operations; None if anything looks wrong (the
-    declared item-by-item path then names every problem)."""
+    declared item-by-item path then names every problem). Also returns how many keys and
+    strings the items hold: three keys, an id and a timestamp each, and the labels given by
+    name."""
     if set(map(type, items)) != {dict} or set(map(len, items)) != {3}:
         return None
     try:
@@ -429,24 +457,32 @@ def _parse_labels_fast(
         else:
             first[ident] = index
             keep.append(i)
-    return LabelBatch(
+    batch = LabelBatch(
         ids=[ids[i] for i in keep],
         labels=[indices[i] for i in keep],
         ts=[valid[i] for i in keep],
         repeats=repeats,
     )
+    return batch, 5 * len(items) + list(map(type, raw_labels)).count(str)
 
 
 def parse_labels(
-    items: Sequence[Any], *, classes: Sequence[str], now: datetime | None = None
+    items: Sequence[Any],
+    *,
+    classes: Sequence[str],
+    now: datetime | None = None,
+    text: JsonText | None = None,
 ) -> LabelBatch:
     """Validate labels (class index or class name) against ``classes``, timestamps against the
-    time of receipt ``now`` (default: the current time)."""
+    time of receipt ``now`` (default: the current time). ``text`` is the body's JSON text, if it
+    came as one: ``InvalidJson`` if an object in it repeats a key."""
     now = now or datetime.now(UTC)
     index_of = {name: k for k, name in enumerate(classes)}
     fast = _parse_labels_fast(items, index_of, now)
+    if text is not None and (fast is None or not text.proves_unique_keys(fast[1])):
+        text.refuse_repeated_keys()
     if fast is not None:
-        return fast
+        return fast[0]
     errors = ErrorCollector()
     about = {"index_of": index_of}
     first: dict[str, int] = {}

@@ -22,6 +22,7 @@ from service.common.errors import (
     NotFound,
     ValidationFailed,
 )
+from service.common.json_text import JsonText
 from service.config import Settings
 from service.contracts import store as contracts_store
 from service.contracts.model import Contract
@@ -152,14 +153,23 @@ def _check_retention_horizon(session: Session, ts: Sequence[datetime]) -> None:
 
 
 def ingest_predictions(
-    session: Session, body: Mapping[str, Any], settings: Settings, now: datetime
+    session: Session,
+    body: Mapping[str, Any],
+    settings: Settings,
+    now: datetime,
+    text: JsonText | None = None,
 ) -> PredictionsAccepted:
-    """Store a batch of predictions idempotently and join any labels that were waiting."""
-    envelope = parse_envelope(body, "predictions", MAX_BATCH_ITEMS)
+    """Store a batch of predictions idempotently and join any labels that were waiting.
+
+    ``text`` is the JSON text ``body`` was decoded from, if any, held to the rule that no object
+    repeats a key (``service.common.json_text``) before anything is written."""
+    envelope = parse_envelope(body, "predictions", MAX_BATCH_ITEMS, text)
     _model_or_404(session, envelope.model)
     contract = _binding_contract(session, envelope.model, envelope.contract_id, now)
     spec = contract.spec
-    batch = parse_predictions(envelope.items, task=spec.task, n_classes=len(spec.classes), now=now)
+    batch = parse_predictions(
+        envelope.items, task=spec.task, n_classes=len(spec.classes), now=now, text=envelope.text
+    )
     _check_retention_horizon(session, batch.ts)
     stored = row_bytes(batch.inputs)
     cohort_of, distinct = distinct_cohorts(batch.cohorts)
@@ -225,13 +235,22 @@ def ingest_predictions(
 
 
 def ingest_labels(
-    session: Session, body: Mapping[str, Any], settings: Settings, now: datetime
+    session: Session,
+    body: Mapping[str, Any],
+    settings: Settings,
+    now: datetime,
+    text: JsonText | None = None,
 ) -> LabelsApplied:
-    """Join labels to their predictions; keep early ones pending; report duplicates/conflicts."""
-    envelope = parse_envelope(body, "labels", MAX_BATCH_ITEMS)
+    """Join labels to their predictions; keep early ones pending; report duplicates/conflicts.
+
+    ``text``: as for ``ingest_predictions``."""
+    envelope = parse_envelope(body, "labels", MAX_BATCH_ITEMS, text)
     _model_or_404(session, envelope.model)
     batch = parse_labels(
-        envelope.items, classes=current_contract(session, envelope.model, now).spec.classes, now=now
+        envelope.items,
+        classes=current_contract(session, envelope.model, now).spec.classes,
+        now=now,
+        text=envelope.text,
     )
     result = LabelsApplied(model=envelope.model)
     first_label = dict(zip(batch.ids, batch.labels, strict=True))

@@ -13,8 +13,10 @@ from service.config import Settings, load_settings
 from service.db.database import Database
 from service.export.refresher import Refresher
 from service.logging import configure_logging
+from service.web.body_limit import BoundedRequest
 from service.web.db_session import init_session_handling
 from service.web.http_errors import register_error_handlers
+from service.web.last_resort import LastResort
 from service.web.request_log import init_request_log
 from service.web.routes import register_blueprints
 from service.web.routes.metrics import init_metrics
@@ -29,6 +31,7 @@ def create_app(config: Mapping[str, Any] | Settings | None = None) -> Flask:
     settings = config if isinstance(config, Settings) else load_settings(config)
     configure_logging(settings.log_level)
     app = Flask(__name__)
+    app.request_class = BoundedRequest
     app.config.update(
         CALMON_SETTINGS=settings,
         MAX_CONTENT_LENGTH=settings.max_body_bytes,
@@ -43,6 +46,7 @@ def create_app(config: Mapping[str, Any] | Settings | None = None) -> Flask:
     register_error_handlers(app)
     init_metrics(app)
     register_blueprints(app)
+    app.wsgi_app = LastResort(app.wsgi_app)  # type: ignore[method-assign]
     refresher = Refresher(database, settings)
     app.extensions["calmon.refresher"] = refresher
     if settings.refresh_in_service:

@@ -159,6 +159,7 @@ SCHEMAS: dict[str, Any] = {
                             ["field", "message"],
                         ),
                     },
+                    "details_total": {"type": "integer", "minimum": 0},
                 },
                 ["code", "message", "details"],
             )

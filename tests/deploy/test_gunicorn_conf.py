@@ -9,6 +9,7 @@ workers and threads from the environment, and the multiprocess metrics wiring th
 from __future__ import annotations
 
 import gc
+import json
 import os
 import signal
 import subprocess
@@ -23,6 +24,7 @@ from typing import Any
 
 import pytest
 from gunicorn.app.base import Application
+from gunicorn.http import errors
 
 from service import server
 from service.config import load_settings
@@ -73,7 +75,7 @@ def test_defaults_are_those_of_calmon_serve(monkeypatch: pytest.MonkeyPatch) -> 
     serve_app = server.CalmonServer(server.gunicorn_settings_of(settings))
     expected = loaded(serve_app.cfg, server.gunicorn_settings(bind="x", workers=1, threads=1))
     assert config_file_settings(monkeypatch) == expected
-    assert expected["worker_class"] == "gthread"
+    assert expected["worker_class"] is server.CalmonThreadWorker
     assert expected["graceful_timeout"] == server.GRACEFUL_TIMEOUT_SECONDS
     assert expected["on_starting"] is server.on_starting
     assert expected["post_worker_init"] is server.post_worker_init
@@ -98,7 +100,7 @@ def test_bind_workers_and_threads_come_from_the_environment(
     assert settings["bind"] == ["0.0.0.0:9000"]
     assert settings["workers"] == 5
     assert settings["threads"] == 1
-    assert settings["worker_class"] == "sync"
+    assert settings["worker_class"] is server.CalmonSyncWorker
 
 
 @pytest.mark.parametrize(
@@ -227,3 +229,29 @@ def test_gunicorn_serves_and_metrics_add_up_across_two_workers(tmp_path: Path) -
         assert metric_samples(text)[key] == answered
         process = served.process
     assert process.returncode == 0, (tmp_path / "gunicorn.log").read_text()
+
+
+@pytest.mark.parametrize(
+    ("exc", "status", "code"),
+    [
+        (errors.LimitRequestLine(5000, 4094), 414, "uri_too_long"),
+        (errors.LimitRequestHeaders("too many headers"), 431, "request_header_fields_too_large"),
+        (errors.InvalidRequestLine("GARBAGE"), 400, "bad_request"),
+        (errors.InvalidHeaderName("Bad Name"), 400, "bad_request"),
+        (errors.UnsupportedTransferCoding("gzip"), 501, "not_implemented"),
+        (errors.InvalidResponseHeaderName("x y"), 500, "internal_error"),
+        (errors.ConfigurationProblem("bad"), 500, "internal_error"),
+        (RuntimeError("boom"), 500, "internal_error"),
+    ],
+    ids=lambda v: type(v).__name__ if isinstance(v, Exception) else str(v),
+)
+def test_gunicorns_refusals_map_to_statuses_and_codes(
+    exc: Exception, status: int, code: str
+) -> None:
+    assert server.refusal(exc)[:2] == (status, code)
+    reply = server.refusal_bytes(*server.refusal(exc))
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(f"HTTP/1.1 {status} ".encode())
+    assert b"Content-Type: application/json" in head and b"Connection: close" in head
+    assert f"Content-Length: {len(body)}".encode() in head
+    assert json.loads(body)["error"]["code"] == code

@@ -80,8 +80,9 @@ def wait_until(check, seconds: float, what: str) -> Any:  # type: ignore[no-unty
 
 
 @contextmanager
-def serving(url: str, tmp_path: Path) -> Iterator[Served]:
-    """``calmon serve --workers 2`` against ``url`` (already migrated), stopped afterwards."""
+def serving(url: str, tmp_path: Path, **settings: str) -> Iterator[Served]:
+    """``calmon serve --workers 2`` against ``url`` (already migrated), stopped afterwards;
+    ``settings`` are further environment variables (``CALMON_MAX_BODY_BYTES="1000"``)."""
     port = free_port()
     env = {
         **os.environ,
@@ -90,6 +91,7 @@ def serving(url: str, tmp_path: Path) -> Iterator[Served]:
         "CALMON_REFRESH_SECONDS": "1",
         "CALMON_REFRESH_IN_SERVICE": "true",
         "CALMON_LOG_LEVEL": "WARNING",
+        **settings,
     }
     env["PROMETHEUS_MULTIPROC_DIR"] = str(tmp_path / "metrics")
     log = (tmp_path / "calmon.log").open("wb")
@@ -110,11 +112,11 @@ def serving(url: str, tmp_path: Path) -> Iterator[Served]:
 
 
 @contextmanager
-def serving_fresh(tmp_path: Path) -> Iterator[Served]:
+def serving_fresh(tmp_path: Path, **settings: str) -> Iterator[Served]:
     """``calmon serve --workers 2`` on a fresh, migrated database of the backend under test."""
     with fresh_database(tmp_path, "served.db") as url:
         upgrade_to_head(url)
-        with serving(url, tmp_path) as server:
+        with serving(url, tmp_path, **settings) as server:
             yield server
 
 

@@ -6,6 +6,7 @@ from flask import Blueprint, Response, jsonify
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
+from service.db.backend import backend_of
 from service.db.database import Database
 from service.db.maintenance import pending_tasks
 from service.db.migrate import schema_is_current
@@ -23,13 +24,15 @@ def healthz() -> Response:
 
 @bp.get("/readyz")
 def readyz() -> Response:
-    """The database is reachable, its schema at the migrations' head, no maintenance pending."""
+    """The database is reachable, its schema at the migrations' head, it takes writes (not a
+    standby, not read-only), no maintenance pending."""
     db = database()
     try:
         with db.engine.connect() as connection:
             connection.execute(text("SELECT 1"))
         current = schema_is_current(db.engine)
-        pending = current and bool(_pending_maintenance(db))
+        refused = _writes_refused(db) if current else None
+        pending = current and refused is None and bool(_pending_maintenance(db))
     except SQLAlchemyError:
         return error_response(
             503,
@@ -44,6 +47,13 @@ def readyz() -> Response:
             "the database schema is not at head: run 'calmon migrate'",
             headers={"Retry-After": "30"},
         )
+    if refused is not None:
+        return error_response(
+            503,
+            "database_read_only",
+            refused,
+            headers={"Retry-After": "5"},
+        )
     if pending:
         return error_response(
             503,
@@ -52,6 +62,12 @@ def readyz() -> Response:
             headers={"Retry-After": "30"},
         )
     return jsonify({"status": "ready", "database": db.backend})
+
+
+def _writes_refused(db: Database) -> str | None:
+    """Why the database takes no writes now, or None (checked in a transaction rolled back)."""
+    with db.engine.connect() as connection:
+        return backend_of(connection).writes_refused(connection)
 
 
 def _pending_maintenance(db: Database) -> list[str]:

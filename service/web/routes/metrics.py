@@ -46,7 +46,8 @@ def metrics() -> Response:
 
 
 def init_metrics(app: Flask) -> None:
-    """Time every request by its route template; count the items of rejected ingest requests."""
+    """Time every request by its route template; count the items of rejected ingest requests
+    (as the error reply counted them: ``service.web.http_errors.RejectedRequest``)."""
 
     @app.before_request
     def _start_timer() -> None:
@@ -61,7 +62,10 @@ def init_metrics(app: Flask) -> None:
                 endpoint, method_label(request.method), str(response.status_code)
             ).observe(time.perf_counter() - started)
         if response.status_code >= 400 and endpoint in INGEST_ROUTES:
-            error = (response.get_json(silent=True) or {}).get("error", {})
-            items = {d.get("item") for d in error.get("details", []) if d.get("item") is not None}
-            record_rejection(endpoint, error.get("code", "error"), len(items))
+            # Kept by the error reply: its details may list only the first of many items.
+            rejected = g.get("rejected_request")
+            if rejected is None:
+                record_rejection(endpoint, "error", 0)
+            else:
+                record_rejection(endpoint, rejected.code, rejected.items)
         return response

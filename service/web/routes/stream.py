@@ -27,7 +27,7 @@ from service.stream import readings as monitoring
 from service.stream.cohorts import ALL, KEY_PATTERN, parse_slice_query
 from service.stream.windows import Window, WindowError, parse_duration
 from service.web.auth import requires
-from service.web.bodies import json_body
+from service.web.bodies import json_batch_body
 from service.web.db_session import db_session
 from service.web.queries import check_known, timestamp_arg
 
@@ -42,7 +42,8 @@ def _settings() -> Settings:
 @requires(Permission.INGEST)
 def predictions() -> Response:
     """Store a batch of predictions (idempotent per id)."""
-    result = ingestion.ingest_predictions(db_session(), json_body(), _settings(), utcnow())
+    body, text = json_batch_body()
+    result = ingestion.ingest_predictions(db_session(), body, _settings(), utcnow(), text)
     PREDICTIONS_INGESTED.labels(result.model).inc(result.accepted)
     return jsonify(result.to_dict())
 
@@ -51,7 +52,8 @@ def predictions() -> Response:
 @requires(Permission.INGEST)
 def labels() -> Response:
     """Join a batch of labels to their predictions."""
-    result = ingestion.ingest_labels(db_session(), json_body(), _settings(), utcnow())
+    body, text = json_batch_body()
+    result = ingestion.ingest_labels(db_session(), body, _settings(), utcnow(), text)
     for outcome, count in (
         ("joined", result.joined),
         ("pending", result.pending),

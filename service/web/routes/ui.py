@@ -11,6 +11,8 @@ nothing but this origin's stylesheet and forms (``frame-ancestors 'none'``),
 ``X-Frame-Options: DENY``, ``X-Content-Type-Options: nosniff`` and ``Referrer-Policy:
 no-referrer``. Signing in stores a session (``service.auth.service.open_ui_session``) and sets a
 cookie holding its random id; links carry their path segments and query values percent-encoded.
+Signing in and out are refused (403) when another site sent the form (``cross_site``): a page
+elsewhere could otherwise sign a reader's browser in with its own token, or out.
 """
 
 from __future__ import annotations
@@ -121,6 +123,38 @@ def safe_next(value: str | None) -> str:
     return iri_to_uri(value)
 
 
+#: ``Sec-Fetch-Site`` values of a request this site's own page (or the user, typing) started.
+_OWN_FETCH_SITES = frozenset({"same-origin", "none"})
+
+
+def cross_site() -> str | None:
+    """Why the current request must be taken for another site's (a reason), or None.
+
+    Every browser in use sends ``Sec-Fetch-Site`` (Fetch Metadata), and only ``same-origin``
+    (this site's page) or ``none`` (the user, typing or from a bookmark) is this site's own;
+    ``same-site`` is a sibling subdomain, which may be someone else's. A browser without it
+    sends ``Origin`` on every cross-origin POST, which must then name this host; ``null`` (an
+    opaque origin: a sandboxed frame, a ``data:`` page) is refused. A request with neither
+    header comes from no browser (a script, curl), which holds no reader's cookie for a forged
+    form to ride on, so it is let through like any client of the API.
+    """
+    fetch_site = request.headers.get("Sec-Fetch-Site")
+    if fetch_site is not None:
+        if fetch_site.strip().lower() in _OWN_FETCH_SITES:
+            return None
+        return f"the form was sent from another site (Sec-Fetch-Site: {fetch_site[:20]})"
+    origin = request.headers.get("Origin")
+    if origin is None:
+        return None
+    if origin.strip() == "null" or urlsplit(origin.strip()).netloc.lower() != request.host.lower():
+        return "the form was sent from another site (its Origin is not this one)"
+    return None
+
+
+def _refused_cross_site(reason: str) -> Response:
+    return _page("ui/error.html", 403, heading="403", message=f"Refused: {reason}.")
+
+
 def _sign_in_redirect() -> BaseResponse:
     """To the sign-in form, coming back here afterwards; a dead session's cookie is cleared."""
     query = request.query_string.decode("utf-8", "replace")
@@ -172,7 +206,10 @@ def sign_in_form() -> Response:
 @bp.post("/ui/sign-in")
 def sign_in() -> BaseResponse:
     """Open a session for a token that may read; its id goes in an HttpOnly, Secure,
-    SameSite=Strict cookie (the token itself is never kept by the browser)."""
+    SameSite=Strict cookie (the token itself is never kept by the browser). A form another
+    site sent is refused (``cross_site``)."""
+    if (reason := cross_site()) is not None:
+        return _refused_cross_site(reason)
     token = request.form.get("token", "").strip()
     next_path = safe_next(request.form.get("next"))
     opened = open_session(token) if token and len(token) <= 200 else None
@@ -189,7 +226,10 @@ def sign_in() -> BaseResponse:
 
 @bp.post("/ui/sign-out")
 def sign_out() -> BaseResponse:
-    """End the session (server-side too) and clear its cookie."""
+    """End the session (server-side too) and clear its cookie, unless another site sent the
+    form (``cross_site``)."""
+    if (reason := cross_site()) is not None:
+        return _refused_cross_site(reason)
     close_session()
     response = redirect("/ui/sign-in", code=303)
     response.delete_cookie(SESSION_COOKIE, **_COOKIE_FLAGS)

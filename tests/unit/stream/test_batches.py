@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 import pytest
 
 from service.calibration._checks import MAX_ABS_LOGIT
-from service.common.errors import ValidationFailed
-from service.stream.batches import parse_envelope, parse_labels, parse_predictions
+from service.common.errors import InvalidJson, ValidationFailed
+from service.common.json_text import JsonText
+from service.stream.batches import (
+    _parse_labels_fast,
+    _parse_predictions_fast,
+    parse_envelope,
+    parse_labels,
+    parse_predictions,
+)
 
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
 
@@ -111,3 +120,91 @@ def test_the_envelope_names_the_model_and_the_items() -> None:
     with pytest.raises(ValidationFailed) as info:
         parse_envelope({"model": "m", "predictions": [{}] * 3}, "predictions", 2)
     assert [d.field for d in info.value.details] == ["predictions"]
+
+
+def _text_and_items(raw: bytes, items_key: str) -> tuple[JsonText | None, list[Any]]:
+    envelope = parse_envelope(orjson.loads(raw), items_key, text=JsonText.of(raw, [items_key]))
+    return envelope.text, envelope.items
+
+
+@pytest.mark.parametrize(
+    "cohort", [None, {}, {"region": "emea", "lang": "tr"}, {"k": "v:w\u00e9"}], ids=repr
+)
+def test_the_fast_path_proves_a_clean_prediction_batch_free_of_repeated_keys(
+    cohort: dict[str, str] | None,
+) -> None:
+    items = [_prediction(id=f"p{i}", cohort=cohort) for i in range(3)]
+    for body in (
+        {"model": "m", "predictions": items},
+        {"model": "m", "contract_id": "c", "predictions": items},
+    ):
+        raw = json.dumps(body).encode()
+        text, items = _text_and_items(raw, "predictions")
+        fast = _parse_predictions_fast(items, "multiclass", 3, NOW)
+        assert text is not None and fast is not None and text.proves_unique_keys(fast[1])
+
+
+def test_the_fast_path_proves_a_clean_label_batch_free_of_repeated_keys() -> None:
+    items = [
+        {"id": f"p{i}", "label": [0, "b"][i % 2], "ts": "2026-11-30T11:00:00Z"} for i in range(4)
+    ]
+    raw = orjson.dumps({"model": "m", "labels": items})
+    text, parsed = _text_and_items(raw, "labels")
+    fast = _parse_labels_fast(parsed, {"a": 0, "b": 1}, NOW)
+    assert text is not None and fast is not None and text.proves_unique_keys(fast[1])
+
+
+def _raw(text: str) -> bytes:
+    """``text`` with ``TS`` standing for a valid timestamp."""
+    return text.replace("TS", '"2026-11-30T11:00:00Z"').encode()
+
+
+@pytest.mark.parametrize(
+    ("item", "field"),
+    [
+        (
+            '{"id": "b", "ts": TS, "logits": [1, 2, 3], "logits": [3, 2, 1]}',
+            "predictions[1].logits",
+        ),
+        ('{"id": "b", "id": "c", "ts": TS, "logits": [1, 2, 3]}', "predictions[1].id"),
+        (
+            '{"id": "b", "ts": TS, "cohort": {"k": "v", "k": "w"}, "logits": [1, 2, 3]}',
+            "predictions[1].cohort.k",
+        ),
+        ('{"id": "b", "ts": "nope", "logits": [1, 2, 3], "ts": TS}', "predictions[1].ts"),
+    ],
+)
+def test_a_prediction_batch_repeating_a_key_is_refused_naming_it(item: str, field: str) -> None:
+    first = '{"id": "a", "ts": TS, "logits": [1, 2, 3]}'
+    text, items = _text_and_items(
+        _raw(f'{{"model": "m", "predictions": [{first}, {item}]}}'), "predictions"
+    )
+    with pytest.raises(InvalidJson) as info:
+        parse_predictions(items, task="multiclass", n_classes=3, now=NOW, text=text)
+    assert [(d.field, d.item) for d in info.value.details] == [(field, 1)]
+
+
+def test_a_label_batch_repeating_a_key_is_refused_naming_it() -> None:
+    raw = _raw('{"model": "m", "labels": [{"id": "a", "label": 0, "label": 1, "ts": TS}]}')
+    text, items = _text_and_items(raw, "labels")
+    with pytest.raises(InvalidJson) as info:
+        parse_labels(items, classes=["a", "b"], now=NOW, text=text)
+    assert [(d.field, d.item) for d in info.value.details] == [("labels[0].label", 0)]
+
+
+def test_an_envelope_repeating_a_key_is_refused_naming_it() -> None:
+    raw = _raw('{"model": "m", "model": "n", "labels": [{"id": "a", "label": 0, "ts": TS}]}')
+    text, items = _text_and_items(raw, "labels")
+    with pytest.raises(InvalidJson) as info:
+        parse_labels(items, classes=["a", "b"], now=NOW, text=text)
+    assert [d.field for d in info.value.details] == ["model"]
+    # The envelope itself refused (the items' key holds no list): the repeat is named first.
+    raw = _raw('{"model": "m", "labels": [{"id": "a", "label": 0, "ts": TS}], "labels": 1}')
+    with pytest.raises(InvalidJson):
+        parse_envelope(orjson.loads(raw), "labels", text=JsonText.of(raw))
+
+
+def test_an_escaped_quote_in_an_id_is_no_repeated_key() -> None:
+    raw = _raw('{"model": "m", "labels": [{"id": "a\\"b", "label": 0, "ts": TS}]}')
+    text, items = _text_and_items(raw, "labels")
+    assert parse_labels(items, classes=["a", "b"], now=NOW, text=text).ids == ['a"b']
