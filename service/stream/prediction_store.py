@@ -148,6 +148,13 @@ def count_waiting_labels(session: Session, model: str) -> int:
     return int(session.scalar(waiting) or 0)
 
 
+def models_with_waiting_labels(session: Session) -> list[str]:
+    """Every model with labels waiting for their prediction, sorted (one walk of the partial
+    index ``ix_labels_waiting``, whatever the number of models)."""
+    query = select(LabelRecord.model).where(_WAITING).distinct().order_by(LabelRecord.model)
+    return list(session.scalars(query))
+
+
 def delete_waiting_labels(session: Session, model: str, ids: Sequence[str]) -> None:
     """Remove waiting labels ``ids`` of ``model`` (labels this transaction has just stored)."""
     if ids:
