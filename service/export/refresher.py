@@ -54,6 +54,7 @@ from service.export import change_store
 from service.export.budget import SliceExport, choose_exported
 from service.export.change_store import FleetModel, StateRow
 from service.export.collector import assemble, model_fragment
+from service.export.fleet import SEVERITY
 from service.export.instruments import REFRESH_FAILURES
 from service.export.lease_store import try_acquire
 from service.export.reading_store import (
@@ -75,8 +76,6 @@ from service.stream.windows import FINE, Window, parse_duration
 log = logging.getLogger(__name__)
 
 STATUS_CODES = {"insufficient_data": -1, "ok": 0, "warn": 1, "alert": 2}
-#: A model's worst status ranks it on the fleet page (higher is worse).
-SEVERITY = {"alert": 3, "warn": 2, "ok": 1, "insufficient_data": 0}
 REFRESHER = "refresher"
 #: How often the refresher refreshes the planner's statistics and expires pending labels.
 MAINTAIN_EVERY = timedelta(minutes=5)
