@@ -20,8 +20,9 @@ from sqlalchemy import event
 
 from service.config import Settings
 from service.db.database import Database
+from service.export import reading_store
 from service.export import refresher as refresher_module
-from service.export.reading_store import ExpositionTimes, model_readings, store_exposition
+from service.export.reading_store import model_readings
 from service.export.refresher import refresh_all
 from service.stream.windows import FINE, floor_to
 from tests.integration.conftest import Auth
@@ -215,10 +216,10 @@ def test_metrics_serves_the_stored_exposition_in_one_statement(
     behind = stored_at - timedelta(hours=1)
     body = b'# TYPE calmon_ece gauge\ncalmon_ece{model="stored",cohort="all"} 0.25\n'
     with db.session() as session:
-        times = ExpositionTimes(
+        times = reading_store.ExpositionTimes(
             stored_at, ("served-0", "served-1"), {"served-1": behind.timestamp()}
         )
-        store_exposition(session, body, stored_at, times)
+        reading_store.store_exposition(session, body, stored_at, times)
         session.commit()
 
     with counted_statements(db) as statements:
