@@ -139,6 +139,8 @@ def test_a_reading_whose_window_end_reached_a_data_bucket_is_refreshed_without_w
 ) -> None:
     settings = app.config["CALMON_SETTINGS"]
     _multiclass_contract(client, auth, model="ahead")
+    _multiclass_contract(client, auth, model="still")
+    _send_predictions(client, auth, "still", recent_rows(5, seed=7, prefix="s"))
     now = datetime.now(UTC)
     rows = _random_predictions(7, seed=6, prefix="a")
     ahead = floor_to(now, FINE) + 4 * FINE
@@ -149,9 +151,13 @@ def test_a_reading_whose_window_end_reached_a_data_bucket_is_refreshed_without_w
     with db.session() as session:
         assert model_readings(session, "ahead")[("all", "1h")].values["predictions"] == 0
 
-    refresh_all(db, settings, now=ahead + timedelta(seconds=1))
+    with db.session() as session:
+        still = model_readings(session, "still")
+    report = refresh_all(db, settings, now=ahead + timedelta(seconds=1))
     with db.session() as session:
         readings = model_readings(session, "ahead")
+        assert model_readings(session, "still") == still
+    assert report.changed == 1 and report.readings == len(readings)
     assert {w: readings[("all", w)].values["predictions"] for w in settings.windows} == {
         w: 7 for w in settings.windows
     }
@@ -248,7 +254,9 @@ def test_a_scrape_during_a_refresh_sees_the_previous_exposition_whole(
 
     def scraping(*args: Any, **kwargs: Any) -> Any:
         done = original(*args, **kwargs)
-        midway.append(scrape(client))
+        with counted_statements(db) as statements:
+            midway.append(scrape(client))
+        assert len(statements) == 1
         return done
 
     monkeypatch.setattr(refresher_module, "refresh_model", scraping)
