@@ -209,3 +209,40 @@ def page_of_models(
     )
     counts = {status: int(n) for status, n in session.execute(counts_query)}
     return page, counts
+
+
+@dataclass(frozen=True)
+class ContractRef:
+    """A contract by id and version, and whether it is retired."""
+
+    id: str
+    version: int
+    retired: bool
+
+
+def current_contracts(
+    session: Session, models: Iterable[str], now: datetime
+) -> dict[str, ContractRef]:
+    """Each model's current contract (its newest version created by ``now`` and not retired
+    then, else its newest version), without loading the contracts' documents."""
+    names = sorted(set(models))
+    query = (
+        select(
+            ContractRecord.model,
+            ContractRecord.id,
+            ContractRecord.version,
+            ContractRecord.created_at,
+            ContractRetirement.retired_at,
+        )
+        .outerjoin(ContractRetirement, ContractRetirement.contract_id == ContractRecord.id)
+        .where(ContractRecord.model.in_(names))
+        .order_by(ContractRecord.model, ContractRecord.version.desc())
+    )
+    active: dict[str, ContractRef] = {}
+    newest: dict[str, ContractRef] = {}
+    for model, contract_id, version, created_at, retired_at in session.execute(query):
+        ref = ContractRef(contract_id, version, retired_at is not None)
+        newest.setdefault(model, ref)
+        if created_at <= now and (retired_at is None or retired_at > now):
+            active.setdefault(model, ref)
+    return {model: active.get(model, ref) for model, ref in newest.items()}

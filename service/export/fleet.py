@@ -4,11 +4,11 @@ are in ``alert`` or ``warn`` now, since when, and how many of their predictions 
 Read-only, and the cost of a page does not grow with the fleet: the models are ordered worst
 status first by the worst status each refresh state keeps (one sorted scan of a row per model,
 and one count per status), and only the page's models are read in full: their stored readings
-(one row per slice and window), one audit lookup per slice in ``alert``/``warn`` (the newest
-``drift_status_changed`` event into its status) and one count of waiting labels per model
-(through its partial index). Nothing is recomputed from buckets, so the numbers are those of
-the last refresh; ``current_at`` is when the stored exposition last found a model's readings
-current.
+(one row per slice and window), their current contracts' ids and versions, their waiting labels
+(one count through the partial index) and one audit lookup per slice in ``alert``/``warn`` (the
+newest ``drift_status_changed`` event into its status). Nothing is recomputed from buckets, so
+the numbers are those of the last refresh; ``current_at`` is when the stored exposition last
+found a model's readings current.
 """
 
 from __future__ import annotations
@@ -21,13 +21,16 @@ from sqlalchemy.orm import Session
 
 from service.audit.lookups import status_since
 from service.common.errors import ErrorDetail, ValidationFailed
-from service.contracts import service as contracts_service
-from service.contracts.model import Contract
 from service.export.budget import SliceExport
-from service.export.change_store import page_of_models, refresh_state
+from service.export.change_store import (
+    ContractRef,
+    current_contracts,
+    page_of_models,
+    refresh_state,
+)
 from service.export.reading_store import ReadingRow, all_readings, exposition_times
 from service.stream.cohorts import ALL
-from service.stream.prediction_store import count_waiting_labels
+from service.stream.prediction_store import waiting_label_counts
 
 #: Worst first: the order of statuses on the overview.
 SEVERITY = {"alert": 3, "warn": 2, "ok": 1, "insufficient_data": 0}
@@ -58,13 +61,13 @@ class SliceState:
 
 @dataclass(frozen=True)
 class ModelState:
-    """One model: its current contract, its worst stored status (None before the first
-    refresh), the slices in ``alert``/``warn`` worst first, the ``all`` slice of each window,
-    the labels waiting for their prediction, and since when its stored readings are known
-    current (None: never refreshed)."""
+    """One model: its current contract (id, version, retired), its worst stored status (None
+    before the first refresh), the slices in ``alert``/``warn`` worst first, the ``all`` slice
+    of each window, the labels waiting for their prediction, and since when its stored readings
+    are known current (None: never refreshed)."""
 
     model: str
-    contract: Contract
+    contract: ContractRef
     status: str | None
     attention: tuple[SliceState, ...]
     overall: tuple[SliceState, ...]
@@ -124,8 +127,9 @@ def model_state(
     model: str,
     rows: Sequence[ReadingRow],
     windows: Sequence[str],
-    now: datetime,
+    contract: ContractRef,
     current_at: datetime | None = None,
+    waiting_labels: int = 0,
 ) -> ModelState:
     """One model's state from its stored reading rows."""
     attention = [_state(session, r, True) for r in rows if r.values.get("status") in ATTENTION]
@@ -135,11 +139,11 @@ def model_state(
     statuses = [str(r.values.get("status")) for r in rows]
     return ModelState(
         model=model,
-        contract=contracts_service.current_contract(session, model, now),
+        contract=contract,
         status=max(statuses, key=lambda s: SEVERITY.get(s, 0)) if statuses else None,
         attention=tuple(attention),
         overall=tuple(overall),
-        waiting_labels=count_waiting_labels(session, model),
+        waiting_labels=waiting_labels,
         computed_at=current_at,
     )
 
@@ -156,12 +160,24 @@ def fleet_overview(session: Session, windows: Sequence[str], now: datetime, page
         for row in all_readings(session, models=list(by_model)):
             by_model[row.model].append(row)
     times = exposition_times(session)
+    contracts = current_contracts(session, list(by_model), now)
+    waiting = waiting_label_counts(session, list(by_model))
     states = []
     for name, status in names:
         current_at = None
         if status is not None and times is not None:
             current_at = datetime.fromtimestamp(times.current_since(name), UTC)
-        states.append(model_state(session, name, by_model[name], windows, now, current_at))
+        states.append(
+            model_state(
+                session,
+                name,
+                by_model[name],
+                windows,
+                contracts[name],
+                current_at,
+                waiting.get(name, 0),
+            )
+        )
     return Fleet(
         tuple(states),
         tuple(windows),

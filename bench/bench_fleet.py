@@ -1,0 +1,210 @@
+"""Benchmark the refresh, GET /metrics and the fleet page with 10,000 models, 1% receiving data.
+
+    python bench/bench_fleet.py [--models 10000] [--active 0.01] [--rounds 3] [--scrapes 50]
+
+Registers ``--models`` contracts in a fresh PostgreSQL database (next to
+``CALMON_BENCH_DATABASE_URL``) through the storage layer (one fitted spec, one registration per
+model), starts ``calmon serve`` with 2 workers and the refresher off, streams predictions and
+labels over HTTP to ``--active`` of the models, and runs a first refresh cycle (every model new).
+Then each round streams a batch to another ``--active`` of the models and times one refresh
+cycle (in this process, as ``calmon refresh`` runs it). Last it times ``--scrapes`` scrapes of
+``/metrics`` and GETs of the first page of ``/ui`` over HTTP. Targets: a refresh cycle < 30 s,
+``/metrics`` p95 < 1 s, ``/ui`` first page < 300 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_stream import (
+    PORT,
+    ROOT,
+    K,
+    call,
+    drop_database,
+    fresh_database,
+    iso,
+    start_service,
+    synthetic_fit_body,
+)
+
+from service.config import load_settings
+from service.contracts import store as contracts_store
+from service.contracts.service import register_contract
+from service.db.database import Database
+from service.export.refresher import RefreshReport, refresh_all
+
+TIERS = ("gold", "std")
+REGIONS = ("emea", "apac", "amer")
+
+
+def register_fleet(db: Database, template_id: str, models: int) -> float:
+    """Register ``models - 1`` more models with the template's spec; returns seconds taken."""
+    with db.session() as session:
+        template = contracts_store.get_contract(session, template_id)
+    assert template is not None
+    start = time.perf_counter()
+    with db.session() as session:
+        for i in range(1, models):
+            register_contract(
+                session, replace(template.spec, model=f"model-{i:05d}"), actor="bench"
+            )
+    return time.perf_counter() - start
+
+
+def stream(conn: http.client.HTTPConnection, model: str, n: int, seed: int, cohorts: bool) -> None:
+    """``n`` predictions of the last two hours to ``model``, 80% of them labeled; with
+    ``cohorts``, each in a region (3) and a tier (2): slices all and 5 more, else all only."""
+    rng = np.random.default_rng(seed)
+    now = datetime.now(UTC)
+    logits = np.round(rng.normal(size=(n, K)) * 2, 4)
+    ids = [f"s{seed}-{i}" for i in range(n)]
+    predictions = [
+        {
+            "id": ids[i],
+            "ts": iso(now - timedelta(seconds=float(rng.uniform(60, 7200)))),
+            "cohort": {"region": REGIONS[i % 3], "tier": TIERS[i % 2]} if cohorts else {},
+            "logits": logits[i].tolist(),
+        }
+        for i in range(n)
+    ]
+    body = json.dumps({"model": model, "predictions": predictions}).encode()
+    status, reply = call(conn, "POST", "/v1/predictions", body)
+    assert status == 200, reply[:300]
+    labels = [
+        {"id": ids[i], "label": int(rng.integers(0, K)), "ts": iso(now)} for i in range(n * 4 // 5)
+    ]
+    body = json.dumps({"model": model, "labels": labels}).encode()
+    status, reply = call(conn, "POST", "/v1/labels", body)
+    assert status == 200, reply[:300]
+
+
+def timed_gets(path: str, count: int) -> tuple[float, float, int]:
+    """p50 and p95 (ms) of ``count`` GETs of ``path`` on one connection, and the body size."""
+    conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=120)
+    latencies, size = [], 0
+    for _ in range(count):
+        start = time.perf_counter()
+        status, body = call(conn, "GET", path)
+        latencies.append((time.perf_counter() - start) * 1000)
+        assert status == 200, body[:300]
+        size = len(body)
+    p50, p95 = np.percentile(latencies, [50, 95])
+    return float(p50), float(p95), size
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", type=int, default=10_000)
+    parser.add_argument("--active", type=float, default=0.01, help="share of models streamed to")
+    parser.add_argument("--predictions", type=int, default=200, help="per active model a round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--cohorts",
+        action="store_true",
+        help="give predictions a region and a tier (6 slices a model instead of all alone)",
+    )
+    parser.add_argument("--scrapes", type=int, default=50)
+    parser.add_argument("--keep", action="store_true", help="keep the benchmark database")
+    args = parser.parse_args()
+    base = os.environ.get("CALMON_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+    name, url = fresh_database(base)
+    os.environ["CALMON_REFRESH_IN_SERVICE"] = "false"
+    service = start_service(url, 2, 4)
+    db = Database(url)
+    settings = load_settings({"database_url": url})
+    rng = np.random.default_rng(0)
+    rows: list[tuple[str, str, str]] = []
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=600)
+        status, reply = call(conn, "POST", "/v1/contracts/fit", synthetic_fit_body("model-00000"))
+        assert status == 201, reply[:300]
+        seconds = register_fleet(db, json.loads(reply)["id"], args.models)
+        rows.append(
+            ("register contracts (storage layer)", f"{args.models:,} models", f"{seconds:.1f} s")
+        )
+        active = max(int(args.models * args.active), 1)
+        names = [f"model-{i:05d}" for i in range(args.models)]
+
+        def stream_round(seed: int) -> float:
+            start = time.perf_counter()
+            for j, model in enumerate(rng.choice(names, active, replace=False)):
+                stream(conn, str(model), args.predictions, seed * 100_000 + j, args.cohorts)
+            return time.perf_counter() - start
+
+        seconds = stream_round(0)
+        rows.append(
+            (
+                "stream to the active models",
+                f"{active} models x {args.predictions}",
+                f"{seconds:.1f} s",
+            )
+        )
+        first = refresh_all(db, settings)
+        rows.append(
+            ("first refresh cycle (every model new)", describe(first), f"{first.seconds:.1f} s")
+        )
+        again = refresh_all(db, settings)
+        rows.append(("refresh cycle, nothing new", describe(again), f"{again.seconds:.2f} s"))
+        cycles = []
+        for r in range(1, args.rounds + 1):
+            stream_round(r)
+            report = refresh_all(db, settings)
+            cycles.append(report.seconds)
+            rows.append((f"refresh cycle, round {r}", describe(report), f"{report.seconds:.2f} s"))
+        p50, p95, size = timed_gets("/metrics", args.scrapes)
+        rows.append(
+            (
+                "GET /metrics",
+                f"{size / 1e6:.1f} MB, {args.scrapes} scrapes",
+                f"p50 {p50:.0f} ms, p95 {p95:.0f} ms",
+            )
+        )
+        p50, p95, size = timed_gets("/ui", args.scrapes)
+        rows.append(
+            (
+                "GET /ui (first page)",
+                f"{size / 1e3:.0f} kB, {args.scrapes} GETs",
+                f"p50 {p50:.0f} ms, p95 {p95:.0f} ms",
+            )
+        )
+    finally:
+        db.dispose()
+        service.terminate()
+        service.wait(timeout=60)
+        if not args.keep:
+            drop_database(base, name)
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    print(
+        f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}; {datetime.now(UTC):%Y-%m-%d}; commit {commit}\n"
+    )
+    print("| what | size | measured |")
+    print("|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    print(f"\nsteady refresh cycles: max {max(cycles):.2f} s (target < 30 s)")
+
+
+def describe(report: RefreshReport) -> str:
+    return f"{report.changed:,} of {report.models:,} models changed, {report.readings:,} readings"
+
+
+if __name__ == "__main__":
+    main()
