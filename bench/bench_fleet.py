@@ -3,9 +3,10 @@
     python bench/bench_fleet.py [--models 10000] [--active 0.01] [--rounds 3] [--scrapes 50]
 
 Registers ``--models`` contracts in a fresh PostgreSQL database (next to
-``CALMON_BENCH_DATABASE_URL``) through the storage layer (one fitted spec, one registration per
-model), starts ``calmon serve`` with 2 workers and the refresher off, streams predictions and
-labels over HTTP to ``--active`` of the models, and runs a first refresh cycle (every model new).
+``CALMON_BENCH_DATABASE_URL``): one fitted over HTTP, the others its copies written in bulk
+into the tables (no audit events). Starts ``calmon serve`` with 2 workers and the refresher off,
+streams predictions and labels over HTTP to ``--active`` of the models, and runs a first refresh
+cycle (every model new).
 Then each round streams a batch to another ``--active`` of the models and times one refresh
 cycle (in this process, as ``calmon refresh`` runs it). Last it times ``--scrapes`` scrapes of
 ``/metrics`` and GETs of the first page of ``/ui`` over HTTP. Targets: a refresh cycle < 30 s,
@@ -22,11 +23,12 @@ import platform
 import subprocess
 import sys
 import time
-from dataclasses import replace
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
+from sqlalchemy import insert, select
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -43,9 +45,8 @@ from bench_stream import (
 )
 
 from service.config import load_settings
-from service.contracts import store as contracts_store
-from service.contracts.service import register_contract
 from service.db.database import Database
+from service.db.models import ContractRecord, ModelRecord
 from service.export.refresher import RefreshReport, refresh_all
 
 TIERS = ("gold", "std")
@@ -53,16 +54,30 @@ REGIONS = ("emea", "apac", "amer")
 
 
 def register_fleet(db: Database, template_id: str, models: int) -> float:
-    """Register ``models - 1`` more models with the template's spec; returns seconds taken."""
-    with db.session() as session:
-        template = contracts_store.get_contract(session, template_id)
-    assert template is not None
+    """Register ``models - 1`` more models with the template's contract, written in bulk into
+    ``models`` and ``contracts`` (no audit events); returns seconds taken."""
     start = time.perf_counter()
     with db.session() as session:
-        for i in range(1, models):
-            register_contract(
-                session, replace(template.spec, model=f"model-{i:05d}"), actor="bench"
+        template = session.execute(
+            select(ContractRecord).where(ContractRecord.id == template_id)
+        ).scalar_one()
+        columns = {
+            c.key: getattr(template, c.key)
+            for c in ContractRecord.__table__.columns
+            if c.key not in ("seq", "id", "model", "checkpoint")
+        }
+        now = datetime.now(UTC)
+        for first in range(1, models, 1000):
+            names = [f"model-{i:05d}" for i in range(first, min(first + 1000, models))]
+            session.execute(
+                insert(ModelRecord),
+                [{"name": n, "latest_version": 1, "created_at": now} for n in names],
             )
+            session.execute(
+                insert(ContractRecord),
+                [{**columns, "id": str(uuid.uuid4()), "model": n, "checkpoint": n} for n in names],
+            )
+        session.commit()
     return time.perf_counter() - start
 
 
