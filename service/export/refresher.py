@@ -179,14 +179,12 @@ def plan_work(
     return out
 
 
-def stale_at(
-    session: Session, model: str, slice_: str, window: Window, after_end: datetime | None
-) -> datetime | None:
+def stale_at(window: Window, first: datetime | None, after_end: datetime | None) -> datetime | None:
     """When the trailing ``window``'s reading stops being current without any new write: when
-    its start passes the first 5-minute bucket with data inside it, or its end reaches
-    ``after_end`` (the first bucket with data at or after its end); None: never."""
+    its start passes ``first`` (the first 5-minute bucket with data at or after its start), if
+    that lies inside it, or its end reaches ``after_end`` (the first bucket with data at or
+    after its end); None: never."""
     assert window.name is not None
-    first = bucket_store.first_bucket_from(session, model, slice_, window.start)
     if first is None or first >= window.end:
         return after_end
     # The start floor(now - d, 5 min) passes the bucket at `first` once now >= first + d + 5 min.
@@ -276,26 +274,31 @@ def _readings(
     session: Session, model: str, todo: Iterable[tuple[str, str]], now: datetime
 ) -> list[ReadingRow]:
     """The readings of ``todo`` ((slice, window) pairs) at ``now``, with their expiry."""
-    after_end: dict[str, datetime | None] = {}
-    rows = []
+    by_slice: dict[str, list[Window]] = {}
     for slice_, window_name in todo:
-        window = Window.trailing(window_name, now)
-        reading = calibration_reading(session, model, window, slice_, now)
-        if slice_ not in after_end:
-            after_end[slice_] = bucket_store.first_bucket_from(session, model, slice_, window.end)
-        contract = reading.contract
-        rows.append(
-            ReadingRow(
-                model,
-                slice_,
-                window_name,
-                contract.id,
-                contract.version,
-                now,
-                gauge_values(reading),
-                stale_at(session, model, slice_, window, after_end[slice_]),
-            )
+        by_slice.setdefault(slice_, []).append(Window.trailing(window_name, now))
+    rows = []
+    for slice_, windows in by_slice.items():
+        # Every trailing window ends at the same bucket: one probe for the end, one per start.
+        *firsts, after_end = bucket_store.first_buckets_from(
+            session, model, slice_, [*(w.start for w in windows), windows[0].end]
         )
+        for window, first in zip(windows, firsts, strict=True):
+            assert window.name is not None
+            reading = calibration_reading(session, model, window, slice_, now)
+            contract = reading.contract
+            rows.append(
+                ReadingRow(
+                    model,
+                    slice_,
+                    window.name,
+                    contract.id,
+                    contract.version,
+                    now,
+                    gauge_values(reading),
+                    stale_at(window, first, after_end),
+                )
+            )
     return rows
 
 

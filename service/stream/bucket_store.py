@@ -284,15 +284,31 @@ def slice_counts(session: Session, model: str) -> list[tuple[str, int, int]]:
     return [(r[0], int(r[1]), int(r[2])) for r in rows]
 
 
-def first_bucket_from(session: Session, model: str, slice_: str, at: datetime) -> datetime | None:
-    """The start of the earliest 5-minute bucket of ``slice_`` at or after ``at`` (UTC; None
-    when there is none): one probe of the primary key."""
-    found = session.scalar(
-        select(func.min(CalibrationBucket.bucket_start)).where(
+def first_buckets_from(
+    session: Session, model: str, slice_: str, times: Sequence[datetime]
+) -> list[datetime | None]:
+    """For each of ``times``, the start of the earliest 5-minute bucket of ``slice_`` at or
+    after it (UTC; None when there is none): one probe of the primary key each, in one
+    statement."""
+    if not times:
+        return []
+    probes = [
+        select(func.min(CalibrationBucket.bucket_start))
+        .where(
             CalibrationBucket.model == model,
             CalibrationBucket.slice == slice_,
             CalibrationBucket.resolution == RESOLUTION_FINE,
             CalibrationBucket.bucket_start >= at,
         )
-    )
-    return None if found is None else found.astimezone(UTC)
+        .scalar_subquery()
+        for at in times
+    ]
+    row = session.execute(select(*probes)).one()
+    return [None if found is None else _as_utc(found) for found in row]
+
+
+def _as_utc(value: datetime | str) -> datetime:
+    """A bucket start read through a subquery (SQLite returns its text) as an aware UTC time."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
