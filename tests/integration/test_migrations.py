@@ -8,7 +8,7 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, inspect, text
 
 from service.db.database import make_engine
 from service.db.migrate import alembic_config, current_revisions, head_revisions, script_location
@@ -157,5 +157,43 @@ def test_hot_table_keys_compare_byte_by_byte(fresh_empty_url: str) -> None:
         assert ("labels", "id") in declared and ("calibration_buckets", "slice") in declared
         command.downgrade(config, "0011")
         assert c_collated() == set()
+    finally:
+        engine.dispose()
+
+
+def test_incremental_refresh_tables_come_and_go_with_revision_0014(fresh_empty_url: str) -> None:
+    """Revision 0014 adds the change markers, the refresh states and the readings' expiry
+    beside the readings a database already holds; its downgrade takes them all back."""
+    config = alembic_config(fresh_empty_url)
+    command.upgrade(config, "0013")
+    engine = make_engine(fresh_empty_url)
+
+    def inspected() -> tuple[set[str], set[str], set[str]]:
+        schema = inspect(engine)
+        tables = set(schema.get_table_names())
+        readings = {c["name"] for c in schema.get_columns("stored_readings")}
+        expositions = {c["name"] for c in schema.get_columns("stored_expositions")}
+        return tables, readings, expositions
+
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    'INSERT INTO stored_readings (model, cohort, "window", contract_id,'
+                    " contract_version, computed_at, \"values\") VALUES ('m', 'all', '24h',"
+                    " 'c', 1, '2026-12-01 00:00:00', '{}')"
+                )
+            )
+        command.upgrade(config, "0014")
+        tables, readings, expositions = inspected()
+        assert {"bucket_changes", "refresh_states"} <= tables
+        assert "stale_at" in readings and "model_times" in expositions
+        with engine.connect() as connection:
+            kept = connection.execute(text("SELECT model, stale_at FROM stored_readings")).all()
+        assert [tuple(row) for row in kept] == [("m", None)]
+        command.downgrade(config, "0013")
+        tables, readings, expositions = inspected()
+        assert not {"bucket_changes", "refresh_states"} & tables
+        assert "stale_at" not in readings and "model_times" not in expositions
     finally:
         engine.dispose()
