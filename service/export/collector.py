@@ -5,8 +5,9 @@ of sample lines per metric family (``FAMILIES``), stored with the model's refres
 exposition is the families' ``HELP``/``TYPE`` headers, each followed by every model's lines of
 that family (``assemble``), so storing it when little changed costs a concatenation, not a
 rendering of the fleet. A scrape serves the stored text (the same bytes in every worker and
-replica) plus a few live samples (``live_text``). Numbers are formatted as prometheus-client
-formats them; label values are escaped as the text format requires.
+replica) plus a few live samples (``live_text``). Numbers and label sets are written as
+prometheus-client writes them (label names sorted); label values are escaped as the text format
+requires.
 """
 
 from __future__ import annotations
@@ -83,7 +84,8 @@ def _escape(value: str) -> str:
 
 
 def _labels(pairs: Sequence[tuple[str, str]]) -> str:
-    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in pairs) + "}"
+    """A sample's label set, names in sorted order as prometheus-client writes them."""
+    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(pairs)) + "}"
 
 
 def model_fragment(model: str, rows: Iterable[ReadingRow], unexported: int) -> list[str]:
