@@ -14,7 +14,9 @@ Create Date: 2026-12-06 09:00:00.000000
   bucket holding data; indexed, so the refresher finds the due readings of the whole fleet in
   one range scan.
 - ``stored_expositions.model_times``: the models of the exposition and, for those whose
-  readings are older than the exposition, since when they are current.
+  readings are older than the exposition, since when they are current; ``body_sha256``: the
+  digest of its text, so a scrape can tell whether the text it read before is still the one
+  stored without reading it again.
 """
 
 from collections.abc import Sequence
@@ -57,10 +59,12 @@ def upgrade() -> None:
         batch_op.create_index("ix_stored_readings_stale_at", ["stale_at"], unique=False)
     with op.batch_alter_table("stored_expositions", schema=None) as batch_op:
         batch_op.add_column(sa.Column("model_times", sa.JSON(), nullable=True))
+        batch_op.add_column(sa.Column("body_sha256", sa.String(length=64), nullable=True))
 
 
 def downgrade() -> None:
     with op.batch_alter_table("stored_expositions", schema=None) as batch_op:
+        batch_op.drop_column("body_sha256")
         batch_op.drop_column("model_times")
     with op.batch_alter_table("stored_readings", schema=None) as batch_op:
         batch_op.drop_index("ix_stored_readings_stale_at")

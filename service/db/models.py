@@ -366,7 +366,8 @@ class StoredExposition(Base):
 
     ``model_times`` holds ``{"models": [...], "behind": {model: epoch seconds}}``: every model
     of the fleet and, for a model whose readings are not current as of ``computed_at`` (its
-    refresh failed, or it has none yet), since when its served readings are current.
+    refresh failed, or it has none yet), since when its served readings are current;
+    ``body_sha256`` the SHA-256 of ``body`` (hex).
     """
 
     __tablename__ = "stored_expositions"
@@ -375,6 +376,7 @@ class StoredExposition(Base):
     body: Mapped[bytes] = mapped_column(LargeBinary)
     computed_at: Mapped[datetime]
     model_times: Mapped[dict[str, Any] | None]
+    body_sha256: Mapped[str | None] = mapped_column(String(64))
 
 
 class RefreshLease(Base):

@@ -3,6 +3,7 @@ and the stored exposition assembled from them."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -149,7 +150,11 @@ def store_exposition(
     session.execute(delete(StoredExposition).where(StoredExposition.name == EXPOSITION))
     session.add(
         StoredExposition(
-            name=EXPOSITION, body=body, computed_at=computed_at, model_times=model_times
+            name=EXPOSITION,
+            body=body,
+            computed_at=computed_at,
+            model_times=model_times,
+            body_sha256=hashlib.sha256(body).hexdigest(),
         )
     )
     session.flush()
@@ -165,11 +170,45 @@ def exposition_times(session: Session) -> ExpositionTimes | None:
     return None if row is None else ExpositionTimes.of(row[0], row[1])
 
 
-def stored_exposition(session: Session) -> tuple[bytes, ExpositionTimes] | None:
-    """The stored gauge text and its times, read in one statement, if there is one."""
+@dataclass(frozen=True)
+class StoredText:
+    """The stored exposition as a scrape serves it: its text, the text's SHA-256 (hex) and its
+    times."""
+
+    body: bytes
+    sha256: str
+    times: ExpositionTimes
+
+
+def stored_exposition(session: Session, known: StoredText | None = None) -> StoredText | None:
+    """The stored exposition, if there is one, each version read whole in one statement.
+
+    With ``known`` (what an earlier call returned), the text is read again only if it changed:
+    one statement reads the digest and the times, and when the digest is ``known``'s the text
+    is ``known``'s; else a second statement reads the whole row.
+    """
+    if known is not None:
+        row = session.execute(
+            select(
+                StoredExposition.body_sha256,
+                StoredExposition.computed_at,
+                StoredExposition.model_times,
+            ).where(StoredExposition.name == EXPOSITION)
+        ).first()
+        if row is None:
+            return None
+        if row[0] == known.sha256:
+            return StoredText(known.body, known.sha256, ExpositionTimes.of(row[1], row[2]))
     row = session.execute(
         select(
-            StoredExposition.body, StoredExposition.computed_at, StoredExposition.model_times
+            StoredExposition.body,
+            StoredExposition.body_sha256,
+            StoredExposition.computed_at,
+            StoredExposition.model_times,
         ).where(StoredExposition.name == EXPOSITION)
     ).first()
-    return None if row is None else (bytes(row[0]), ExpositionTimes.of(row[1], row[2]))
+    if row is None:
+        return None
+    body = bytes(row[0])
+    digest = row[1] or hashlib.sha256(body).hexdigest()
+    return StoredText(body, digest, ExpositionTimes.of(row[2], row[3]))

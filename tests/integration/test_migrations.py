@@ -187,13 +187,13 @@ def test_incremental_refresh_tables_come_and_go_with_revision_0014(fresh_empty_u
         command.upgrade(config, "0014")
         tables, readings, expositions = inspected()
         assert {"bucket_changes", "refresh_states"} <= tables
-        assert "stale_at" in readings and "model_times" in expositions
+        assert "stale_at" in readings and {"model_times", "body_sha256"} <= expositions
         with engine.connect() as connection:
             kept = connection.execute(text("SELECT model, stale_at FROM stored_readings")).all()
         assert [tuple(row) for row in kept] == [("m", None)]
         command.downgrade(config, "0013")
         tables, readings, expositions = inspected()
         assert not {"bucket_changes", "refresh_states"} & tables
-        assert "stale_at" not in readings and "model_times" not in expositions
+        assert "stale_at" not in readings and not {"model_times", "body_sha256"} & expositions
     finally:
         engine.dispose()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 from flask import Blueprint, Flask, Response, current_app, g, request
@@ -18,29 +19,40 @@ from service.export.instruments import (
     method_label,
     record_rejection,
 )
-from service.export.reading_store import stored_exposition
+from service.export.reading_store import StoredText, stored_exposition
 from service.web.db_session import database
 
 bp = Blueprint("metrics", __name__)
 
 
+#: The stored exposition this process served last (each gunicorn worker keeps its own).
+_last: dict[str, StoredText] = {}
+_last_lock = threading.Lock()
+
+
 @bp.get("/metrics")
 def metrics() -> Response:
     """Prometheus exposition: the stored calibration gauges as the refresher last assembled
-    them (one row, read in one statement: never a half-refreshed fleet, never a recomputation,
-    no write lock taken), the models' readings ages, then the process counters."""
+    them (never a half-refreshed fleet, never a recomputation, no write lock taken; the text is
+    read again only when its digest changed), the models' readings ages, then the process
+    counters."""
+    with _last_lock:
+        known = _last.get("text")
     try:
         with database().read_session() as session:
-            stored = stored_exposition(session)
+            stored = stored_exposition(session, known)
         readable = True
     except SQLAlchemyError:
         stored, readable = None, False
+    if stored is not None:
+        with _last_lock:
+            _last["text"] = stored
     if current_app.config["CALMON_SETTINGS"].metrics_dir:
         process = CollectorRegistry(auto_describe=False)
         MultiProcessCollector(process)
     else:
         process = REGISTRY
-    gauges, times = stored if stored else (b"", None)
+    gauges, times = (stored.body, stored.times) if stored else (b"", None)
     body = gauges + live_text(times, utcnow(), readable) + generate_latest(process)
     return Response(body, content_type=CONTENT_TYPE_LATEST)
 
