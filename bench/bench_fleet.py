@@ -50,13 +50,8 @@ from service.config import Settings, load_settings
 from service.db.database import Database
 from service.db.models import ContractRecord, ModelRecord
 from service.export import change_store
-from service.export.refresher import (
-    ModelWork,
-    RefreshReport,
-    inputs_key,
-    refresh_all,
-    refresh_model,
-)
+from service.export.plan import ModelWork, inputs_key
+from service.export.refresher import RefreshReport, refresh_all, refresh_model
 
 TIERS = ("gold", "std")
 REGIONS = ("emea", "apac", "amer")

@@ -39,7 +39,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -52,11 +52,12 @@ from service.config import Settings
 from service.db.database import Database, refresh_planner_statistics
 from service.export import change_store
 from service.export.budget import SliceExport, choose_exported
-from service.export.change_store import FleetModel, StateRow
+from service.export.change_store import FleetModel
 from service.export.collector import assemble, model_fragment
 from service.export.fleet import SEVERITY
 from service.export.instruments import REFRESH_FAILURES
 from service.export.lease_store import try_acquire
+from service.export.plan import ModelWork, plan_work, stale_at
 from service.export.reading_store import (
     ExpositionTimes,
     ReadingRow,
@@ -71,7 +72,7 @@ from service.stream.ingestion import sweep_waiting_labels
 from service.stream.prediction_store import models_with_waiting_labels
 from service.stream.readings import WindowReading, calibration_reading
 from service.stream.retention import expire_pending
-from service.stream.windows import FINE, Window, parse_duration
+from service.stream.windows import Window
 
 log = logging.getLogger(__name__)
 
@@ -123,73 +124,6 @@ def gauge_values(window_reading: WindowReading) -> dict[str, Any]:
         "reasons": list(drift.get("reasons") or []),
         "policy_max_ece": window_reading.contract.policy.max_ece,
     }
-
-
-def inputs_key(fleet_model: FleetModel, settings: Settings) -> str:
-    """What, besides buckets, a model's readings are computed from: its contract set, the
-    windows and the series budget."""
-    windows = ",".join(settings.windows)
-    return (
-        f"contracts={fleet_model.contracts_key};windows={windows};"
-        f"slices={settings.max_slices_per_model}"
-    )
-
-
-@dataclass(frozen=True)
-class ModelWork:
-    """What a cycle must do for one model: its inputs key now, its refresh state (None: never
-    refreshed), the change markers read (slice -> token) and its due (cohort, window)
-    readings."""
-
-    model: str
-    inputs_key: str
-    state: StateRow | None
-    markers: Mapping[str, int] = field(default_factory=dict)
-    due: frozenset[tuple[str, str]] = frozenset()
-
-    @property
-    def full(self) -> bool:
-        """Whether every reading of the model is recomputed."""
-        return (
-            self.state is None
-            or self.state.inputs_key != self.inputs_key
-            or EVERY_SLICE in self.markers
-        )
-
-
-def plan_work(
-    fleet: Mapping[str, FleetModel],
-    states: Mapping[str, StateRow],
-    markers: change_store.Markers,
-    due: Mapping[str, set[tuple[str, str]]],
-    settings: Settings,
-) -> list[ModelWork]:
-    """The models of ``fleet`` with something to recompute, by name."""
-    out = []
-    for model, fleet_model in fleet.items():
-        work = ModelWork(
-            model,
-            inputs_key(fleet_model, settings),
-            states.get(model),
-            markers.get(model, {}),
-            frozenset(due.get(model, ())),
-        )
-        if work.full or work.markers or work.due:
-            out.append(work)
-    return out
-
-
-def stale_at(window: Window, first: datetime | None, after_end: datetime | None) -> datetime | None:
-    """When the trailing ``window``'s reading stops being current without any new write: when
-    its start passes ``first`` (the first 5-minute bucket with data at or after its start), if
-    that lies inside it, or its end reaches ``after_end`` (the first bucket with data at or
-    after its end); None: never."""
-    assert window.name is not None
-    if first is None or first >= window.end:
-        return after_end
-    # The start floor(now - d, 5 min) passes the bucket at `first` once now >= first + d + 5 min.
-    passes = first + parse_duration(window.name) + FINE
-    return passes if after_end is None else min(passes, after_end)
 
 
 @dataclass(frozen=True)
