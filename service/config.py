@@ -34,6 +34,9 @@ class Settings:
     ``max_body_bytes`` bounds a request body (larger bodies get 413);
     ``max_cohort_values`` and ``max_cohort_keys`` bound a model's distinct values per cohort key
     and its distinct cohort keys (the rest fold into ``__other__``, ``service.stream.cohorts``);
+    ``max_slices_per_model`` is a model's series budget: how many of its slices, ``all``
+    included, the refresher keeps readings of and exports to Prometheus
+    (``service.export.budget``; the others stay readable through the API);
     ``max_pending_labels`` bounds a model's labels waiting for their prediction and
     ``pending_label_days`` is how many days one may wait (by when it was received) before the
     refresher or ``calmon prune`` deletes it;
@@ -55,6 +58,7 @@ class Settings:
     max_body_bytes: int = 16 * 1024 * 1024
     max_cohort_values: int = 100
     max_cohort_keys: int = 16
+    max_slices_per_model: int = 50
     max_pending_labels: int = 1_000_000
     pending_label_days: int = 30
     log_level: str = "INFO"
@@ -70,6 +74,7 @@ _POSITIVE_INTS = (
     "max_body_bytes",
     "max_cohort_values",
     "max_cohort_keys",
+    "max_slices_per_model",
     "max_pending_labels",
     "pending_label_days",
     "workers",

@@ -14,6 +14,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from service.db.backend import backend_of
 
 SQLITE_BUSY_TIMEOUT_SECONDS = 30
+#: The execution option that marks a read session's connections (``Database.read_session``).
+READ_ONLY = "calmon_read_only"
 
 
 def _normalise_url(url: str) -> str:
@@ -29,6 +31,8 @@ def _configure_sqlite(engine: Engine) -> None:
 
     ``BEGIN IMMEDIATE`` takes the write lock up front, so two writers queue on the busy timeout
     instead of failing when a read transaction tries to upgrade (SQLAlchemy's pysqlite recipe).
+    A read session (``Database.read_session``) begins a deferred transaction instead: a snapshot
+    that neither takes nor waits for the write lock.
     """
 
     @event.listens_for(engine, "connect")
@@ -42,7 +46,10 @@ def _configure_sqlite(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        if connection.get_execution_options().get(READ_ONLY):
+            connection.exec_driver_sql("BEGIN")
+        else:
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def _configure_postgresql(engine: Engine) -> None:
@@ -87,6 +94,9 @@ class Database:
     def __init__(self, url: str, **engine_kwargs: Any) -> None:
         self.engine = make_engine(url, **engine_kwargs)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self.read_sessions = sessionmaker(
+            self.engine.execution_options(**{READ_ONLY: True}), expire_on_commit=False
+        )
 
     @property
     def backend(self) -> str:
@@ -97,6 +107,17 @@ class Database:
     def session(self) -> Iterator[Session]:
         """A session for background work; rolled back unless the caller committed."""
         with self.sessions() as session:
+            try:
+                yield session
+            finally:
+                session.rollback()
+
+    @contextmanager
+    def read_session(self) -> Iterator[Session]:
+        """A session for reading only, always rolled back. On SQLite its transaction neither
+        takes nor waits for the write lock, so a long read (the refresher computing readings, a
+        scrape) never holds up a writer; on PostgreSQL it is an ordinary session."""
+        with self.read_sessions() as session:
             try:
                 yield session
             finally:

@@ -313,15 +313,58 @@ class CalibrationBucket(Base):
     stats: Mapped[bytes | None] = mapped_column(LargeBinary)
 
 
+class BucketChange(Base):
+    """A (model, slice) whose buckets were written since the refresher last read its marker.
+
+    Every bucket write upserts the row in its own transaction and bumps ``token``
+    (``service.stream.bucket_store``); the refresher deletes a row only while its ``token`` is
+    still the one it read, so a write it did not see keeps the slice marked. ``slice`` ``*``
+    marks every slice of the model (its buckets were deleted).
+    """
+
+    __tablename__ = "bucket_changes"
+
+    model: Mapped[str] = mapped_column(String(200), primary_key=True)
+    slice: Mapped[str] = mapped_column(String(200), primary_key=True)
+    token: Mapped[int] = mapped_column(BigInteger)
+
+
+class RefreshState(Base):
+    """What a model's stored readings were computed from, and what of them is exported.
+
+    ``inputs_key`` fingerprints the model's contract set, the refreshed windows and the series
+    budget; ``exported`` lists the slices refreshed and exported (``all`` first), ``unexported``
+    counts the model's other slices; ``status`` is the worst stored status (None before any
+    reading) and ``severity`` its rank (higher is worse); ``fragment`` holds the model's
+    Prometheus sample lines, one text per metric family (``service.export.collector``), as
+    rendered at ``rendered_at``.
+    """
+
+    __tablename__ = "refresh_states"
+
+    model: Mapped[str] = mapped_column(String(200), primary_key=True)
+    inputs_key: Mapped[str] = mapped_column(Text)
+    exported: Mapped[list[Any]]
+    unexported: Mapped[int]
+    status: Mapped[str | None] = mapped_column(String(32))
+    severity: Mapped[int] = mapped_column(SmallInteger)
+    fragment: Mapped[list[Any]]
+    rendered_at: Mapped[datetime]
+
+
 class StoredReading(Base):
-    """The latest reading of one (model, cohort slice, window), refreshed on an interval.
+    """The latest reading of one (model, cohort slice, window), recomputed when its inputs
+    change.
 
     ``values`` holds the gauge values (ECE and its interval, NLL, Brier, accuracy, counts,
     drift...) as computed by ``service.export.refresher``; every replica serves the same
-    numbers from here.
+    numbers from here. ``stale_at`` is when the trailing window's edge passes a bucket holding
+    data (its start the first such bucket inside, or its end the first one after it): from
+    then on the reading must be recomputed even without new writes (None: never by time).
     """
 
     __tablename__ = "stored_readings"
+    __table_args__ = (Index("ix_stored_readings_stale_at", "stale_at"),)
 
     model: Mapped[str] = mapped_column(String(200), primary_key=True)
     cohort: Mapped[str] = mapped_column(String(200), primary_key=True)
@@ -330,16 +373,26 @@ class StoredReading(Base):
     contract_version: Mapped[int]
     computed_at: Mapped[datetime]
     values: Mapped[dict[str, Any]]
+    stale_at: Mapped[datetime | None]
 
 
 class StoredExposition(Base):
-    """The Prometheus text of the calibration gauges, rendered by the refresher."""
+    """The Prometheus text of the calibration gauges, assembled by the refresher at the end of
+    each cycle (``computed_at``).
+
+    ``model_times`` holds ``{"models": [...], "behind": {model: epoch seconds}}``: every model
+    of the fleet and, for a model whose readings are not current as of ``computed_at`` (its
+    refresh failed, or it has none yet), since when its served readings are current;
+    ``body_sha256`` the SHA-256 of ``body`` (hex).
+    """
 
     __tablename__ = "stored_expositions"
 
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     body: Mapped[bytes] = mapped_column(LargeBinary)
     computed_at: Mapped[datetime]
+    model_times: Mapped[dict[str, Any] | None]
+    body_sha256: Mapped[str | None] = mapped_column(String(64))
 
 
 class RefreshLease(Base):

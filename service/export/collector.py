@@ -1,21 +1,23 @@
-"""The calibration gauges: rendered from the stored readings once per refresh.
+"""The calibration gauges: rendered by the refresher, served as stored text.
 
-prometheus-client renders about 22,500 samples (500 slices x 3 windows x 15 gauges) in a quarter
-of a second, too slow to repeat on every scrape; the refresher renders them once with
-``render_readings`` and stores the text next to the readings, and a scrape serves the stored text
-(the same bytes in every worker and replica) plus a few live samples from ``ExpositionCollector``.
+Each model's samples are rendered once, when its readings change, into a *fragment*: one text
+of sample lines per metric family (``FAMILIES``), stored with the model's refresh state. The
+exposition is the families' ``HELP``/``TYPE`` headers, each followed by every model's lines of
+that family (``assemble``), so storing it when little changed costs a concatenation, not a
+rendering of the fleet. A scrape serves the stored text (the same bytes in every worker and
+replica) plus a few live samples (``live_text``). Numbers and label sets are written as
+prometheus-client writes them (label names sorted); label values are escaped as the text format
+requires.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
-from service.export.reading_store import ReadingRow
+from service.export.reading_store import ExpositionTimes, ReadingRow
 
 LABELS = ["model", "contract_version", "cohort", "window"]
 
@@ -61,87 +63,102 @@ GAUGES = (
 )
 
 
-class ReadingsCollector(Collector):
-    """Gauge families of a set of stored readings, one series per (model, version, cohort,
-    window), plus each contract version's ``calmon_policy_max_ece``."""
-
-    def __init__(self, rows: Iterable[ReadingRow]) -> None:
-        self.rows = list(rows)
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        families = {key: GaugeMetricFamily(name, doc, labels=LABELS) for name, key, doc in GAUGES}
-        policy = GaugeMetricFamily(
-            "calmon_policy_max_ece",
-            "The contract policy's max_ece threshold.",
-            labels=["model", "contract_version"],
-        )
-        policies: dict[tuple[str, str], float] = {}
-        for row in self.rows:
-            version = str(row.contract_version)
-            labels = [row.model, version, row.cohort, row.window]
-            for _, key, _ in GAUGES:
-                value = row.values.get(key)
-                if value is not None:
-                    families[key].add_metric(labels, float(value))
-            if row.values.get("policy_max_ece") is not None:
-                policies[(row.model, version)] = float(row.values["policy_max_ece"])
-        for (model, version), value in sorted(policies.items()):
-            policy.add_metric([model, version], value)
-        yield from families.values()
-        yield policy
+#: The families of a model's fragment, in exposition order: (name, help text).
+FAMILIES = (
+    *((name, doc) for name, _, doc in GAUGES),
+    ("calmon_policy_max_ece", "The contract policy's max_ece threshold."),
+    (
+        "calmon_slices_unexported",
+        "Cohort slices of the model with no series here: beyond its series budget"
+        " (CALMON_MAX_SLICES_PER_MODEL slices are exported: all, then the slices with the most"
+        " labeled predictions). Their readings are served by"
+        " GET /v1/models/{model}/calibration?cohort=key:value.",
+    ),
+)
+_POLICY = len(GAUGES)
+_UNEXPORTED = _POLICY + 1
 
 
-def render_readings(rows: Iterable[ReadingRow]) -> bytes:
-    """The Prometheus text exposition of the calibration gauges of ``rows``."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(ReadingsCollector(rows))
-    return generate_latest(registry)
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-class ExpositionCollector(Collector):
-    """Live samples about the stored readings: whether they could be read, and their age.
+def _labels(pairs: Sequence[tuple[str, str]]) -> str:
+    """A sample's label set, names in sorted order as prometheus-client writes them."""
+    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(pairs)) + "}"
 
-    ``models`` maps each model to when its first contract was registered and when its stored
-    readings were computed (``service.export.reading_store.readings_times``); ``exposition_at`` is
-    when the served exposition was rendered.
-    """
 
-    def __init__(
-        self,
-        exposition_at: datetime | None,
-        now: datetime,
-        readable: bool,
-        models: Mapping[str, tuple[datetime, datetime | None]] | None = None,
-    ) -> None:
-        self.exposition_at, self.now, self.readable = exposition_at, now, readable
-        self.models = dict(models or {})
+def model_fragment(model: str, rows: Iterable[ReadingRow], unexported: int) -> list[str]:
+    """One model's sample lines, one text per family of ``FAMILIES`` (rows in the given order,
+    one series per (contract version, cohort, window), plus each contract version's
+    ``calmon_policy_max_ece`` and the count of unexported slices)."""
+    parts: list[list[str]] = [[] for _ in FAMILIES]
+    policies: dict[str, float] = {}
+    for row in rows:
+        version = str(row.contract_version)
+        pairs = (("model", model), ("contract_version", version))
+        labels = _labels((*pairs, ("cohort", row.cohort), ("window", row.window)))
+        for i, (name, key, _) in enumerate(GAUGES):
+            value = row.values.get(key)
+            if value is not None:
+                parts[i].append(f"{name}{labels} {floatToGoString(float(value))}\n")
+        if row.values.get("policy_max_ece") is not None:
+            policies[version] = float(row.values["policy_max_ece"])
+    for version, value in sorted(policies.items()):
+        labels = _labels((("model", model), ("contract_version", version)))
+        parts[_POLICY].append(f"calmon_policy_max_ece{labels} {floatToGoString(value)}\n")
+    parts[_UNEXPORTED].append(
+        f"calmon_slices_unexported{_labels((('model', model),))} {floatToGoString(unexported)}\n"
+    )
+    return ["".join(p) for p in parts]
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        yield GaugeMetricFamily(
-            "calmon_exporter_up",
-            "1 when the stored readings could be read.",
-            value=1 if self.readable else 0,
-        )
-        if not self.readable:
-            return
-        ages = GaugeMetricFamily(
-            "calmon_readings_age_seconds",
-            "Seconds since the model's served readings were computed (since its first contract"
-            " while it has none); grows while its refresh fails.",
-            labels=["model"],
-        )
-        for model, (registered, computed) in sorted(self.models.items()):
-            ages.add_metric(
-                [model], (self.now - self.served_since(registered, computed)).total_seconds()
+
+def _header(name: str, doc: str) -> str:
+    help_text = doc.replace("\\", "\\\\").replace("\n", "\\n")
+    return f"# HELP {name} {help_text}\n# TYPE {name} gauge\n"
+
+
+def assemble(fragments: Iterable[Sequence[str]]) -> bytes:
+    """The exposition of the calibration gauges from the models' fragments (in their order)."""
+    frags = list(fragments)
+    out: list[str] = []
+    for i, (name, doc) in enumerate(FAMILIES):
+        out.append(_header(name, doc))
+        out.extend(f[i] for f in frags if i < len(f))
+    return "".join(out).encode()
+
+
+def render_readings(rows: Iterable[ReadingRow], unexported: int = 0) -> bytes:
+    """The exposition of the calibration gauges of ``rows`` (several models' at once; each
+    with ``unexported`` slices not exported)."""
+    by_model: dict[str, list[ReadingRow]] = {}
+    for row in rows:
+        by_model.setdefault(row.model, []).append(row)
+    return assemble(model_fragment(m, by_model[m], unexported) for m in sorted(by_model))
+
+
+def live_text(times: ExpositionTimes | None, now: datetime, readable: bool) -> bytes:
+    """Live samples about the stored exposition: whether it could be read
+    (``calmon_exporter_up``), and per model the age of its served readings: seconds since they
+    were last found current (the exposition's time, or an earlier one while the model's
+    refresh fails), or since its first contract while it has none."""
+    out = [
+        _header("calmon_exporter_up", "1 when the stored readings could be read."),
+        f"calmon_exporter_up {floatToGoString(1.0 if readable else 0.0)}\n",
+    ]
+    if readable:
+        out.append(
+            _header(
+                "calmon_readings_age_seconds",
+                "Seconds since the model's served readings were last found current (since its"
+                " first contract while it has none); grows while its refresh fails.",
             )
-        yield ages
-
-    def served_since(self, registered: datetime, computed: datetime | None) -> datetime:
-        """When the readings served for a model were computed, at the latest.
-
-        The served exposition holds the readings stored when it was rendered, so they are no
-        newer than either time; a model without readings in it counts from its registration.
-        """
-        if computed is None or self.exposition_at is None:
-            return registered
-        return min(computed, self.exposition_at)
+        )
+        if times is not None:
+            stamp = now.timestamp()
+            out.extend(
+                f"calmon_readings_age_seconds{_labels((('model', m),))}"
+                f" {floatToGoString(stamp - times.current_since(m))}\n"
+                for m in times.models
+            )
+    return "".join(out).encode()

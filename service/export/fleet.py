@@ -1,30 +1,42 @@
-"""The fleet's state from the stored readings: which models and cohort slices are in ``alert`` or
-``warn`` now, since when, and how many of their predictions are labeled.
+"""The fleet's state from the stored readings, a page at a time: which models and cohort slices
+are in ``alert`` or ``warn`` now, since when, and how many of their predictions are labeled.
 
-Read-only and cheap: the refresher's stored readings (one row per model, slice and window), one
-audit lookup per slice in ``alert``/``warn`` (the newest ``drift_status_changed`` event into its
-status) and one count of waiting labels per model (through its partial index). Nothing is
-recomputed from buckets, so the numbers are those of the last refresh (``computed_at``).
+Read-only, and the cost of a page does not grow with the fleet: the models are ordered worst
+status first by the worst status each refresh state keeps (one sorted scan of a row per model,
+and one count per status), and only the page's models are read in full: their stored readings
+(one row per slice and window), their current contracts' ids and versions, their waiting labels
+(one count through the partial index) and one audit lookup per slice in ``alert``/``warn`` (the
+newest ``drift_status_changed`` event into its status). Nothing is recomputed from buckets, so
+the numbers are those of the last refresh; ``current_at`` is when the stored exposition last
+found a model's readings current.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session
 
 from service.audit.lookups import status_since
-from service.contracts import service as contracts_service
-from service.contracts.model import Contract
-from service.export.reading_store import ReadingRow, all_readings
+from service.common.errors import ErrorDetail, ValidationFailed
+from service.export.budget import SliceExport
+from service.export.change_store import (
+    ContractRef,
+    current_contracts,
+    page_of_models,
+    refresh_state,
+)
+from service.export.reading_store import ReadingRow, all_readings, exposition_times
 from service.stream.cohorts import ALL
-from service.stream.prediction_store import count_waiting_labels
+from service.stream.prediction_store import waiting_label_counts
 
 #: Worst first: the order of statuses on the overview.
 SEVERITY = {"alert": 3, "warn": 2, "ok": 1, "insufficient_data": 0}
 ATTENTION = ("alert", "warn")
+#: Models per page of the overview.
+PAGE_SIZE = 50
 
 
 @dataclass(frozen=True)
@@ -49,12 +61,13 @@ class SliceState:
 
 @dataclass(frozen=True)
 class ModelState:
-    """One model: its current contract, its worst stored status (None before the first
-    refresh), the slices in ``alert``/``warn`` worst first, the ``all`` slice of each window,
-    the labels waiting for their prediction, and when its readings were computed."""
+    """One model: its current contract (id, version, retired), its worst stored status (None
+    before the first refresh), the slices in ``alert``/``warn`` worst first, the ``all`` slice
+    of each window, the labels waiting for their prediction, and since when its stored readings
+    are known current (None: never refreshed)."""
 
     model: str
-    contract: Contract
+    contract: ContractRef
     status: str | None
     attention: tuple[SliceState, ...]
     overall: tuple[SliceState, ...]
@@ -64,14 +77,29 @@ class ModelState:
 
 @dataclass(frozen=True)
 class Fleet:
-    """Every model with a contract, worst status first (then by name)."""
+    """One page of the models with a contract, worst status first (then by name), with the
+    fleet's size and its count of models per worst status (None: not refreshed yet)."""
 
     models: tuple[ModelState, ...]
     windows: tuple[str, ...]
+    total: int = 0
+    statuses: dict[str | None, int] = field(default_factory=dict)
+    page: int = 1
+    page_size: int = PAGE_SIZE
 
-    def count(self, status: str) -> int:
-        """How many models' worst status is ``status``."""
-        return sum(1 for m in self.models if m.status == status)
+    def count(self, status: str | None) -> int:
+        """How many models of the fleet have worst status ``status``."""
+        return self.statuses.get(status, 0)
+
+    @property
+    def pages(self) -> int:
+        """How many pages the fleet fills (at least 1)."""
+        return max(-(-self.total // self.page_size), 1)
+
+    @property
+    def first(self) -> int:
+        """The 1-based position of the page's first model in the fleet."""
+        return (self.page - 1) * self.page_size + 1
 
 
 def _state(session: Session, row: ReadingRow, with_since: bool) -> SliceState:
@@ -95,7 +123,13 @@ def _attention_order(state: SliceState, windows: Sequence[str]) -> tuple[object,
 
 
 def model_state(
-    session: Session, model: str, rows: Sequence[ReadingRow], windows: Sequence[str], now: datetime
+    session: Session,
+    model: str,
+    rows: Sequence[ReadingRow],
+    windows: Sequence[str],
+    contract: ContractRef,
+    current_at: datetime | None = None,
+    waiting_labels: int = 0,
 ) -> ModelState:
     """One model's state from its stored reading rows."""
     attention = [_state(session, r, True) for r in rows if r.values.get("status") in ATTENTION]
@@ -105,23 +139,56 @@ def model_state(
     statuses = [str(r.values.get("status")) for r in rows]
     return ModelState(
         model=model,
-        contract=contracts_service.current_contract(session, model, now),
+        contract=contract,
         status=max(statuses, key=lambda s: SEVERITY.get(s, 0)) if statuses else None,
         attention=tuple(attention),
         overall=tuple(overall),
-        waiting_labels=count_waiting_labels(session, model),
-        computed_at=max((r.computed_at for r in rows), default=None),
+        waiting_labels=waiting_labels,
+        computed_at=current_at,
     )
 
 
-def fleet_overview(session: Session, windows: Sequence[str], now: datetime) -> Fleet:
-    """Every model's state; ``windows`` (the refresher's, in order) orders the slices."""
-    by_model: dict[str, list[ReadingRow]] = {}
-    for row in all_readings(session):
-        by_model.setdefault(row.model, []).append(row)
-    states = [
-        model_state(session, model, by_model.get(model, []), windows, now)
-        for model in contracts_service.model_names(session)
-    ]
-    states.sort(key=lambda m: (-SEVERITY.get(m.status or "", -1), m.model))
-    return Fleet(tuple(states), tuple(windows))
+def fleet_overview(session: Session, windows: Sequence[str], now: datetime, page: int = 1) -> Fleet:
+    """Page ``page`` (1-based, ``PAGE_SIZE`` models) of the fleet, worst first; ``windows``
+    (the refresher's, in order) orders the slices. ``ValidationFailed`` naming ``page`` for a
+    page below 1."""
+    if page < 1:
+        raise ValidationFailed("invalid page", [ErrorDetail("page", "must be 1 or more")])
+    names, statuses = page_of_models(session, (page - 1) * PAGE_SIZE, PAGE_SIZE)
+    by_model: dict[str, list[ReadingRow]] = {name: [] for name, _ in names}
+    if names:
+        for row in all_readings(session, models=list(by_model)):
+            by_model[row.model].append(row)
+    times = exposition_times(session)
+    contracts = current_contracts(session, list(by_model), now)
+    waiting = waiting_label_counts(session, list(by_model))
+    states = []
+    for name, status in names:
+        current_at = None
+        if status is not None and times is not None:
+            current_at = datetime.fromtimestamp(times.current_since(name), UTC)
+        states.append(
+            model_state(
+                session,
+                name,
+                by_model[name],
+                windows,
+                contracts[name],
+                current_at,
+                waiting.get(name, 0),
+            )
+        )
+    return Fleet(
+        tuple(states),
+        tuple(windows),
+        total=sum(statuses.values()),
+        statuses=statuses,
+        page=page,
+    )
+
+
+def slice_export(session: Session, model: str) -> SliceExport | None:
+    """Which slices of ``model`` the refresher exports to Prometheus and how many it does not
+    (None before its first refresh)."""
+    state = refresh_state(session, model)
+    return None if state is None else SliceExport(state.exported, state.unexported)

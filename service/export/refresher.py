@@ -1,13 +1,34 @@
-"""The periodic refresh: recompute every (model, cohort slice, window) reading and store it.
+"""The periodic refresh: recompute the (model, cohort slice, window) readings whose inputs
+changed, store them, and assemble the exposition Prometheus scrapes.
 
-Prometheus scrapes read only the stored readings, so every worker and replica answers the same
-numbers and a scrape never touches raw predictions. One refresher runs at a time: whoever holds
-the ``refresh`` lease (a row with an expiry, so a crashed holder is replaced).
+A reading is a pure function of the buckets inside its window, the model's contracts and the
+window's bounds, so a cycle recomputes exactly:
 
-Each model is refreshed in its own transaction and a model whose refresh raises is skipped: it
-is logged and counted (``calmon_refresh_failures_total{model}``), its previous readings stay
-stored and served, and their ``calmon_readings_age_seconds`` grows, while every other model's
-readings and the exposition are refreshed as usual. Maintenance steps are isolated the same way.
+- the readings of the slices whose buckets were written since the last cycle (their change
+  markers, ``bucket_changes``, written in each bucket write's transaction);
+- the readings whose trailing window's edge has passed a bucket holding data (their
+  ``stale_at``: the window's start passed its first bucket with data, or its end reached the
+  first bucket after it);
+- every reading of a model whose contract set (a new version, a retirement), the refreshed
+  windows or the series budget changed, or that was never refreshed (its inputs key);
+- the readings of slices entering the model's series budget (``service.export.budget``), while
+  those of slices leaving it are deleted.
+
+The fleet's changes are read in a few statements (markers, contract fingerprints, due readings,
+refresh states), so a model with nothing new costs nothing. Each changed model is computed in a
+read-only transaction and written in a short one (its readings, the audit events of its status
+changes, its refresh state with its rendered exposition fragment, the markers it consumed), so
+on SQLite no writer waits for a model's computation. The exposition is then the concatenation
+of the models' fragments, stored in one row with the models' times; when no fragment changed
+only its time moves. Prometheus scrapes read only that row, so every worker and replica answers
+the same numbers and a scrape never sees a half-refreshed fleet.
+
+One refresher runs at a time: whoever holds the ``refresh`` lease (a row with an expiry, so a
+crashed holder is replaced), renewed during a long cycle. A model whose refresh raises is
+skipped: it is logged and counted (``calmon_refresh_failures_total{model}``), its markers stay
+(it is retried next cycle), its previous readings stay stored and served, and its
+``calmon_readings_age_seconds`` grows, while every other model's readings and the exposition
+are refreshed as usual. Maintenance steps are isolated the same way.
 """
 
 from __future__ import annotations
@@ -17,6 +38,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -27,21 +49,27 @@ from sqlalchemy.orm import Session
 from service.audit import store as audit
 from service.common.clock import utcnow
 from service.config import Settings
-from service.contracts import store as contracts_store
 from service.db.database import Database, refresh_planner_statistics
-from service.export.collector import render_readings
+from service.export import change_store
+from service.export.budget import SliceExport, choose_exported
+from service.export.change_store import FleetModel
+from service.export.collector import assemble, model_fragment
+from service.export.fleet import SEVERITY
 from service.export.instruments import REFRESH_FAILURES
 from service.export.lease_store import try_acquire
+from service.export.plan import ModelWork, plan_work, stale_at
 from service.export.reading_store import (
+    ExpositionTimes,
     ReadingRow,
-    all_readings,
+    exposition_times,
     model_readings,
-    replace_model_readings,
     store_exposition,
+    write_readings,
 )
 from service.stream import bucket_store
-from service.stream.cohorts import ALL
+from service.stream.bucket_store import EVERY_SLICE
 from service.stream.ingestion import sweep_waiting_labels
+from service.stream.prediction_store import models_with_waiting_labels
 from service.stream.readings import WindowReading, calibration_reading
 from service.stream.retention import expire_pending
 from service.stream.windows import Window
@@ -56,12 +84,18 @@ MAINTAIN_EVERY = timedelta(minutes=5)
 
 @dataclass(frozen=True)
 class RefreshReport:
-    """One refresh: models attempted, readings stored, wall time (s), models that failed."""
+    """One refresh: models in the fleet, models with work, readings recomputed, wall time (s),
+    models that failed."""
 
     models: int
     readings: int
     seconds: float
     failed: tuple[str, ...] = ()
+    changed: int = 0
+
+
+class LeaseLost(RuntimeError):
+    """Another refresher holds the lease now: this one stops its cycle."""
 
 
 def gauge_values(window_reading: WindowReading) -> dict[str, Any]:
@@ -92,47 +126,142 @@ def gauge_values(window_reading: WindowReading) -> dict[str, Any]:
     }
 
 
-def refresh_model(session: Session, model: str, settings: Settings, now: datetime) -> int:
-    """Join stray waiting labels, recompute and store the model's readings, audit drift status
-    changes; commit."""
-    swept = sweep_waiting_labels(session, model)
-    if swept:
-        log.info("joined waiting labels", extra={"model": model, "labels": swept})
-    slices = [
-        ALL,
-        *(name for name, _, _ in bucket_store.slice_counts(session, model) if name != ALL),
-    ]
-    previous = model_readings(session, model)
+@dataclass(frozen=True)
+class ModelRefresh:
+    """What refreshing one model did: readings recomputed, and its new fragment (None: its
+    exposition did not change)."""
+
+    readings: int
+    fragment: list[str] | None
+
+
+def _severity(status: str | None) -> int:
+    return SEVERITY.get(status or "", -1)
+
+
+def refresh_model(db: Database, work: ModelWork, settings: Settings, now: datetime) -> ModelRefresh:
+    """Recompute what ``work`` says of one model (read-only), then store its readings, the
+    audit events of its status changes, its refresh state and clear the markers read, in one
+    short transaction."""
+    model, state = work.model, work.state
+    with db.read_session() as session:
+        previous = model_readings(session, model)
+        dirty = set(work.markers) - {EVERY_SLICE}
+        if work.full or dirty:
+            counts = (
+                (name, labeled) for name, _, labeled in bucket_store.slice_counts(session, model)
+            )
+            export = choose_exported(
+                counts, state.exported if state else (), settings.max_slices_per_model
+            )
+        else:
+            assert state is not None
+            export = SliceExport(state.exported, state.unexported)
+        wanted = [(s, w) for s in export.exported for w in settings.windows]
+        entering = set(export.exported) - set(state.exported if state else ())
+        todo = [
+            (s, w)
+            for s, w in wanted
+            if work.full
+            or s in dirty
+            or s in entering
+            or (s, w) in work.due
+            or (s, w) not in previous
+        ]
+        obsolete = set(previous) - set(wanted)
+        computed = _readings(session, model, todo, now)
+    current = {k: r for k, r in previous.items() if k not in obsolete}
+    current.update({(r.cohort, r.window): r for r in computed})
+    statuses = [str(r.values.get("status")) for r in current.values()]
+    status = max(statuses, key=lambda s: SEVERITY.get(s, 0)) if statuses else None
+    rerender = (
+        bool(computed or obsolete)
+        or state is None
+        or state.inputs_key != work.inputs_key
+        or (state.exported, state.unexported) != (export.exported, export.unexported)
+    )
+    fragment = None
+    if rerender:
+        fragment = model_fragment(model, [current[k] for k in sorted(current)], export.unexported)
+    with db.session() as session:
+        if computed or obsolete:
+            write_readings(session, model, computed, obsolete)
+        _audit_changes(session, previous, computed, now)
+        if fragment is not None:
+            change_store.save_state(
+                session,
+                model,
+                inputs_key=work.inputs_key,
+                exported=export.exported,
+                unexported=export.unexported,
+                status=status,
+                severity=_severity(status),
+                fragment=fragment,
+                rendered_at=now,
+            )
+        change_store.clear_markers(session, model, work.markers)
+        session.commit()
+    return ModelRefresh(len(computed), fragment)
+
+
+def _readings(
+    session: Session, model: str, todo: Iterable[tuple[str, str]], now: datetime
+) -> list[ReadingRow]:
+    """The readings of ``todo`` ((slice, window) pairs) at ``now``, with their expiry."""
+    by_slice: dict[str, list[Window]] = {}
+    for slice_, window_name in todo:
+        by_slice.setdefault(slice_, []).append(Window.trailing(window_name, now))
     rows = []
-    for window_name in settings.windows:
-        window = Window.trailing(window_name, now)
-        for slice_ in slices:
+    for slice_, windows in by_slice.items():
+        # Every trailing window ends at the same bucket: one probe for the end, one per start.
+        *firsts, after_end = bucket_store.first_buckets_from(
+            session, model, slice_, [*(w.start for w in windows), windows[0].end]
+        )
+        for window, first in zip(windows, firsts, strict=True):
+            assert window.name is not None
             reading = calibration_reading(session, model, window, slice_, now)
-            values = gauge_values(reading)
             contract = reading.contract
             rows.append(
-                ReadingRow(model, slice_, window_name, contract.id, contract.version, now, values)
-            )
-            before = previous.get((slice_, window_name))
-            if before is not None and before.values.get("status") != values["status"]:
-                audit.append_event(
-                    session,
-                    type="drift_status_changed",
-                    actor=REFRESHER,
-                    now=now,
-                    model=model,
-                    contract_id=contract.id,
-                    details={
-                        "cohort": slice_,
-                        "window": window_name,
-                        "from": before.values.get("status"),
-                        "to": values["status"],
-                        "reasons": values["reasons"],
-                    },
+                ReadingRow(
+                    model,
+                    slice_,
+                    window.name,
+                    contract.id,
+                    contract.version,
+                    now,
+                    gauge_values(reading),
+                    stale_at(window, first, after_end),
                 )
-    replace_model_readings(session, model, rows)
-    session.commit()
-    return len(rows)
+            )
+    return rows
+
+
+def _audit_changes(
+    session: Session,
+    previous: Mapping[tuple[str, str], ReadingRow],
+    computed: Iterable[ReadingRow],
+    now: datetime,
+) -> None:
+    """One ``drift_status_changed`` event per recomputed reading whose status changed."""
+    for row in computed:
+        before = previous.get((row.cohort, row.window))
+        if before is None or before.values.get("status") == row.values["status"]:
+            continue
+        audit.append_event(
+            session,
+            type="drift_status_changed",
+            actor=REFRESHER,
+            now=now,
+            model=row.model,
+            contract_id=row.contract_id,
+            details={
+                "cohort": row.cohort,
+                "window": row.window,
+                "from": before.values.get("status"),
+                "to": row.values["status"],
+                "reasons": row.values["reasons"],
+            },
+        )
 
 
 def log_failure(message: str, exc: Exception, **fields: Any) -> None:
@@ -147,38 +276,130 @@ def log_failure(message: str, exc: Exception, **fields: Any) -> None:
     )
 
 
-def refresh_all(db: Database, settings: Settings, now: datetime | None = None) -> RefreshReport:
-    """Refresh every model that has a contract, one transaction per model, then the exposition.
+class FragmentCache:
+    """The models' exposition fragments as last read or rendered, with when each was rendered:
+    a refresher reads from the database only the fragments rendered since (by another
+    process, or before it started)."""
 
-    A model whose refresh raises is logged, counted in ``calmon_refresh_failures_total`` and
-    left with its previous readings; the others go on. Raises only if the model list or the
-    exposition cannot be read or stored.
-    """
-    start = time.perf_counter()
-    now = now or utcnow()
-    with db.session() as session:
-        models = contracts_store.model_names(session)
-    readings = 0
-    failed = []
+    def __init__(self) -> None:
+        self._fragments: dict[str, tuple[datetime, list[str]]] = {}
+
+    def put(self, model: str, rendered_at: datetime, fragment: list[str]) -> None:
+        self._fragments[model] = (rendered_at, fragment)
+
+    def ordered(
+        self, db: Database, stamps: Mapping[str, datetime], models: Iterable[str]
+    ) -> list[list[str]]:
+        """The fragments of ``models`` (in order) that have one, as rendered at ``stamps``."""
+        stale = [m for m, at in stamps.items() if self._fragments.get(m, (None,))[0] != at]
+        if stale:
+            with db.read_session() as session:
+                self._fragments.update(change_store.fragments(session, stale))
+        return [self._fragments[m][1] for m in models if m in stamps and m in self._fragments]
+
+
+def _sweep_waiting(db: Database) -> None:
+    """Join the labels left waiting though their prediction is stored, for the models that
+    have waiting labels (one transaction each; a failing model is logged and skipped)."""
+    with db.read_session() as session:
+        models = models_with_waiting_labels(session)
     for model in models:
         try:
             with db.session() as session:
-                readings += refresh_model(session, model, settings, now)
+                swept = sweep_waiting_labels(session, model)
+            if swept:
+                log.info("joined waiting labels", extra={"model": model, "labels": swept})
         except Exception as exc:
-            failed.append(model)
-            REFRESH_FAILURES.labels(model).inc()
-            log_failure("model refresh failed", exc, model=model)
+            log_failure("joining waiting labels failed", exc, model=model)
+
+
+def refresh_all(
+    db: Database,
+    settings: Settings,
+    now: datetime | None = None,
+    *,
+    keep_lease: Callable[[], bool] | None = None,
+    cache: FragmentCache | None = None,
+) -> RefreshReport:
+    """Recompute the readings whose inputs changed, one model at a time, then store the
+    exposition.
+
+    A model whose refresh raises is logged, counted in ``calmon_refresh_failures_total`` and
+    left with its previous readings; the others go on. ``keep_lease`` (renew the lease; False
+    when another refresher holds it) is called before each model: once it fails the cycle
+    stops with ``LeaseLost`` and stores no exposition. Raises only if the fleet's changes or
+    the exposition cannot be read or stored.
+    """
+    start = time.perf_counter()
+    now = now or utcnow()
+    cache = cache or FragmentCache()
+    _sweep_waiting(db)
+    with db.read_session() as session:
+        # Markers first: a bucket write committed after this read keeps its marker for the
+        # next cycle, and every write committed before it is seen by the readings below.
+        markers = change_store.read_markers(session)
+        fleet = change_store.fleet_models(session)
+        states = change_store.refresh_states(session)
+        due = change_store.due_readings(session, now)
+        previous = exposition_times(session)
+    work = plan_work(fleet, states, markers, due, settings)
+    readings, failed, stamps = 0, [], {m: s.rendered_at for m, s in states.items()}
+    for item in work:
+        if keep_lease is not None and not keep_lease():
+            raise LeaseLost("another refresher holds the refresh lease")
+        try:
+            done = refresh_model(db, item, settings, now)
+        except Exception as exc:
+            failed.append(item.model)
+            REFRESH_FAILURES.labels(item.model).inc()
+            log_failure("model refresh failed", exc, model=item.model)
+            continue
+        readings += done.readings
+        if done.fragment is not None:
+            stamps[item.model] = now
+            cache.put(item.model, now, done.fragment)
+    models = sorted(fleet)
+    times = ExpositionTimes(now, tuple(models), _behind(fleet, stamps, failed, previous))
+    unchanged = (
+        previous is not None
+        and previous.models == times.models
+        and all(at <= previous.computed_at for at in stamps.values())
+    )
+    body = None if unchanged else assemble(cache.ordered(db, stamps, models))
     with db.session() as session:
-        store_exposition(session, render_readings(all_readings(session)), now)
+        store_exposition(session, body, now, times)
         session.commit()
-    return RefreshReport(len(models), readings, time.perf_counter() - start, tuple(failed))
+    return RefreshReport(
+        len(fleet), readings, time.perf_counter() - start, tuple(failed), len(work)
+    )
+
+
+def _behind(
+    fleet: Mapping[str, FleetModel],
+    stamps: Mapping[str, datetime],
+    failed: Iterable[str],
+    previous: ExpositionTimes | None,
+) -> dict[str, float]:
+    """Since when (epoch seconds) the readings of the models not current now are current: a
+    failed model's since the last exposition that had it current, a model never refreshed
+    since its first contract."""
+    behind = {m: f.registered_at.timestamp() for m, f in fleet.items() if m not in stamps}
+    for model in failed:
+        if previous is not None and model in previous.behind:
+            behind[model] = previous.behind[model]
+        elif previous is not None and model in previous.models:
+            behind[model] = previous.computed_at.timestamp()
+        else:
+            behind[model] = fleet[model].registered_at.timestamp()
+    return behind
 
 
 def expire_pending_labels(db: Database, settings: Settings, now: datetime) -> int:
-    """Delete every model's labels that have waited ``pending_label_days`` for their prediction,
-    one transaction per model (a failing model is logged and skipped); returns how many."""
-    with db.session() as session:
-        models = contracts_store.model_names(session)
+    """Delete the labels that have waited ``pending_label_days`` for their prediction, one
+    transaction per model with waiting labels (a failing model is logged and skipped); returns
+    how many."""
+    with db.read_session() as session:
+        models = models_with_waiting_labels(session)
     total = 0
     for model in models:
         try:
@@ -203,6 +424,8 @@ class Refresher:
         self._thread = threading.Thread(target=self._run, name="calmon-refresher", daemon=True)
         self.last_report: RefreshReport | None = None
         self._maintained_at: datetime | None = None
+        self._renewed = 0.0
+        self._fragments = FragmentCache()
 
     def start(self) -> None:
         self._thread.start()
@@ -221,18 +444,40 @@ class Refresher:
 
     def run_once(self) -> RefreshReport | None:
         """Refresh if this process holds (or wins) the lease; None when another one does."""
-        ttl = timedelta(seconds=max(3 * self.settings.refresh_seconds, 60))
-        with self.db.session() as session:
-            acquired = try_acquire(session, "refresh", self.holder, utcnow(), ttl)
-            session.commit()
-            if not acquired:
-                return None
+        if not self._renew():
+            return None
         now = utcnow()
         if self._maintained_at is None or now - self._maintained_at >= MAINTAIN_EVERY:
             self.maintain(now)
             self._maintained_at = now
-        self.last_report = refresh_all(self.db, self.settings)
+        try:
+            self.last_report = refresh_all(
+                self.db, self.settings, keep_lease=self._keep_lease, cache=self._fragments
+            )
+        except LeaseLost:
+            log.warning("refresh stopped: another refresher holds the lease")
+            return None
         return self.last_report
+
+    @property
+    def _ttl(self) -> timedelta:
+        return timedelta(seconds=max(3 * self.settings.refresh_seconds, 60))
+
+    def _renew(self) -> bool:
+        """Take or renew the lease; whether this process holds it."""
+        with self.db.session() as session:
+            acquired = try_acquire(session, "refresh", self.holder, utcnow(), self._ttl)
+            session.commit()
+        if acquired:
+            self._renewed = time.monotonic()
+        return acquired
+
+    def _keep_lease(self) -> bool:
+        """Renew the lease once a third of its time has passed since the last renewal, so a
+        long cycle keeps it; False once another process has taken it."""
+        if time.monotonic() - self._renewed < self._ttl.total_seconds() / 3:
+            return True
+        return self._renew()
 
     def maintain(self, now: datetime) -> None:
         """Planner statistics of ``predictions`` and ``labels`` (PostgreSQL), expiry of pending

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from service.db import staging
 from service.db.backend import backend_of
 from service.db.models import CalibrationBucket
-from service.stream.windows import RESOLUTION_HOUR
+from service.stream.windows import RESOLUTION_FINE, RESOLUTION_HOUR
 
 #: (slice, resolution, bucket_start, contract_id)
 BucketKey = tuple[str, str, datetime, str]
@@ -123,6 +123,36 @@ def apply_deltas(session: Session, model: str, deltas: Mapping[BucketKey, Bucket
             f" WHERE b.model = :model AND {backend.row_id_match}"
         ),
         {**params, "row_ids": backend.row_ids([row[1] for row in vectors])},
+    )
+    _mark_changed(session, model)
+
+
+#: The slice of a change marker that stands for every slice of its model.
+EVERY_SLICE = "*"
+
+_MARK = (
+    "INSERT INTO bucket_changes (model, slice, token) {rows}"
+    " ON CONFLICT (model, slice) DO UPDATE SET token = bucket_changes.token + 1"
+)
+
+
+def _stamp() -> int:
+    """A new marker's token: microseconds since the epoch, so a marker deleted and written
+    again does not come back with the token a late reader of the old one holds."""
+    return int(datetime.now(UTC).timestamp() * 1_000_000)
+
+
+def _mark_changed(session: Session, model: str) -> None:
+    """Mark the staged deltas' slices changed, in slice order (after every bucket lock, so
+    writers meet on the markers in one order): one upsert, in the bucket write's transaction."""
+    session.execute(
+        text(
+            _MARK.format(
+                rows="SELECT DISTINCT CAST(:model AS VARCHAR), slice, :stamp"
+                " FROM stage_bucket_deltas WHERE true ORDER BY 2"
+            )
+        ),
+        {"model": model, "stamp": _stamp()},
     )
 
 
@@ -233,6 +263,10 @@ def window_totals(
 def delete_model_buckets(session: Session, model: str) -> None:
     """Remove every bucket of ``model`` (before rebuilding them from stored rows)."""
     session.execute(delete(CalibrationBucket).where(CalibrationBucket.model == model))
+    session.execute(
+        text(_MARK.format(rows="VALUES (:model, :slice, :stamp)")),
+        {"model": model, "slice": EVERY_SLICE, "stamp": _stamp()},
+    )
 
 
 def slice_counts(session: Session, model: str) -> list[tuple[str, int, int]]:
@@ -248,3 +282,33 @@ def slice_counts(session: Session, model: str) -> list[tuple[str, int, int]]:
         .order_by(CalibrationBucket.slice)
     )
     return [(r[0], int(r[1]), int(r[2])) for r in rows]
+
+
+def first_buckets_from(
+    session: Session, model: str, slice_: str, times: Sequence[datetime]
+) -> list[datetime | None]:
+    """For each of ``times``, the start of the earliest 5-minute bucket of ``slice_`` at or
+    after it (UTC; None when there is none): one probe of the primary key each, in one
+    statement."""
+    if not times:
+        return []
+    probes = [
+        select(func.min(CalibrationBucket.bucket_start))
+        .where(
+            CalibrationBucket.model == model,
+            CalibrationBucket.slice == slice_,
+            CalibrationBucket.resolution == RESOLUTION_FINE,
+            CalibrationBucket.bucket_start >= at,
+        )
+        .scalar_subquery()
+        for at in times
+    ]
+    row = session.execute(select(*probes)).one()
+    return [None if found is None else _as_utc(found) for found in row]
+
+
+def _as_utc(value: datetime | str) -> datetime:
+    """A bucket start read through a subquery (SQLite returns its text) as an aware UTC time."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

@@ -148,6 +148,24 @@ def count_waiting_labels(session: Session, model: str) -> int:
     return int(session.scalar(waiting) or 0)
 
 
+def waiting_label_counts(session: Session, models: Sequence[str]) -> dict[str, int]:
+    """How many labels of each of ``models`` wait for their prediction (models without any are
+    absent), in one statement through the partial index."""
+    query = (
+        select(LabelRecord.model, func.count())
+        .where(LabelRecord.model.in_(list(models)), _WAITING)
+        .group_by(LabelRecord.model)
+    )
+    return {model: int(n) for model, n in session.execute(query)}
+
+
+def models_with_waiting_labels(session: Session) -> list[str]:
+    """Every model with labels waiting for their prediction, sorted (one walk of the partial
+    index ``ix_labels_waiting``, whatever the number of models)."""
+    query = select(LabelRecord.model).where(_WAITING).distinct().order_by(LabelRecord.model)
+    return list(session.scalars(query))
+
+
 def delete_waiting_labels(session: Session, model: str, ids: Sequence[str]) -> None:
     """Remove waiting labels ``ids`` of ``model`` (labels this transaction has just stored)."""
     if ids:

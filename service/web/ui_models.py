@@ -23,7 +23,8 @@ from service.common.errors import ErrorDetail, ValidationFailed
 from service.common.values import format_timestamp
 from service.contracts import service as contracts_service
 from service.contracts.model import BaselineSource, Contract
-from service.export.fleet import Fleet, fleet_overview
+from service.export.budget import SliceExport
+from service.export.fleet import Fleet, fleet_overview, slice_export
 from service.gate import record as gate_record
 from service.gate import service as gate_service
 from service.gate.record import DecisionRecord
@@ -128,7 +129,9 @@ def classwise_section(found: ClasswiseReading | None, window: str) -> ClasswiseS
 @dataclass(frozen=True)
 class ModelPage:
     """``/ui/models/{model}``: the reading of a window and cohort, its diagrams, the history
-    chart of the cohort over ``history_range``, class-wise reliability, cohorts, decisions."""
+    chart of the cohort over ``history_range``, class-wise reliability, cohorts (and which
+    of them are exported to Prometheus: ``export``, None before the first refresh),
+    decisions."""
 
     model: str
     contract: Contract
@@ -149,6 +152,7 @@ class ModelPage:
     classwise: ClasswiseSection | None
     decisions: list[GateDecision]
     events: list[AuditEvent]
+    export: SliceExport | None
 
 
 def model_page(
@@ -210,6 +214,7 @@ def model_page(
         ),
         decisions=gate_service.list_decisions(session, model=model, limit=10),
         events=audit_service.list_events(session, model=model, limit=20, newest_first=True),
+        export=slice_export(session, model),
     )
 
 
@@ -293,8 +298,8 @@ def gate_page(session: Session, decision_id: str) -> GatePage:
 
 @dataclass(frozen=True)
 class FleetPage:
-    """``/ui``: every model's state worst first, its latest gate decision, and the window
-    whose ``all`` slice gives the model's labeled and unlabeled counts."""
+    """``/ui``: a page of models worst first with their state and latest gate decision, and
+    the window whose ``all`` slice gives the model's labeled and unlabeled counts."""
 
     fleet: Fleet
     decisions: dict[str, GateDecision]
@@ -302,9 +307,9 @@ class FleetPage:
     now: datetime
 
 
-def fleet_page(session: Session, windows: Sequence[str], now: datetime) -> FleetPage:
-    """Build the fleet overview from the stored readings."""
-    fleet = fleet_overview(session, windows, now)
+def fleet_page(session: Session, windows: Sequence[str], now: datetime, page: int = 1) -> FleetPage:
+    """Build one page of the fleet overview from the stored readings."""
+    fleet = fleet_overview(session, windows, now, page)
     return FleetPage(
         fleet=fleet,
         decisions=gate_record.latest_decisions(session, [m.model for m in fleet.models]),

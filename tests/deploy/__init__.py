@@ -42,6 +42,8 @@ GAUGES = frozenset(
         # Not in §4's list but exported with it: the contract's policy.max_ece, labelled
         # {model, contract_version}, so that rules compare ECE with each contract's own threshold.
         "calmon_policy_max_ece",
+        # The slices of a model beyond its series budget, labelled {model}.
+        "calmon_slices_unexported",
     }
 )
 COUNTERS = frozenset(

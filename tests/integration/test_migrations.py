@@ -190,3 +190,41 @@ def test_the_keyed_audit_head_table_comes_and_goes_with_its_revision(fresh_empty
             assert connection.execute(text("SELECT count(*) FROM audit_head")).scalar() == 0
     finally:
         engine.dispose()
+
+
+def test_incremental_refresh_tables_come_and_go_with_revision_0016(fresh_empty_url: str) -> None:
+    """Revision 0016 adds the change markers, the refresh states and the readings' expiry
+    beside the readings a database already holds; its downgrade takes them all back."""
+    config = alembic_config(fresh_empty_url)
+    command.upgrade(config, "0015")
+    engine = make_engine(fresh_empty_url)
+
+    def inspected() -> tuple[set[str], set[str], set[str]]:
+        schema = inspect(engine)
+        tables = set(schema.get_table_names())
+        readings = {c["name"] for c in schema.get_columns("stored_readings")}
+        expositions = {c["name"] for c in schema.get_columns("stored_expositions")}
+        return tables, readings, expositions
+
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    'INSERT INTO stored_readings (model, cohort, "window", contract_id,'
+                    " contract_version, computed_at, \"values\") VALUES ('m', 'all', '24h',"
+                    " 'c', 1, '2026-12-01 00:00:00', '{}')"
+                )
+            )
+        command.upgrade(config, "0016")
+        tables, readings, expositions = inspected()
+        assert {"bucket_changes", "refresh_states"} <= tables
+        assert "stale_at" in readings and {"model_times", "body_sha256"} <= expositions
+        with engine.connect() as connection:
+            kept = connection.execute(text("SELECT model, stale_at FROM stored_readings")).all()
+        assert [tuple(row) for row in kept] == [("m", None)]
+        command.downgrade(config, "0015")
+        tables, readings, expositions = inspected()
+        assert not {"bucket_changes", "refresh_states"} & tables
+        assert "stale_at" not in readings and not {"model_times", "body_sha256"} & expositions
+    finally:
+        engine.dispose()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 from flask import Blueprint, Flask, Response, current_app, g, request
@@ -10,7 +11,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from sqlalchemy.exc import SQLAlchemyError
 
 from service.common.clock import utcnow
-from service.export.collector import ExpositionCollector
+from service.export.collector import live_text
 from service.export.instruments import (
     INGEST_ROUTES,
     REQUEST_DURATION,
@@ -18,30 +19,41 @@ from service.export.instruments import (
     method_label,
     record_rejection,
 )
-from service.export.reading_store import readings_times, stored_exposition
+from service.export.reading_store import StoredText, stored_exposition
 from service.web.db_session import database
 
 bp = Blueprint("metrics", __name__)
 
 
+#: The stored exposition this process served last (each gunicorn worker keeps its own).
+_last: dict[str, StoredText] = {}
+_last_lock = threading.Lock()
+
+
 @bp.get("/metrics")
 def metrics() -> Response:
-    """Prometheus exposition."""
+    """Prometheus exposition: the stored calibration gauges as the refresher last assembled
+    them (never a half-refreshed fleet, never a recomputation, no write lock taken; the text is
+    read again only when its digest changed), the models' readings ages, then the process
+    counters."""
+    with _last_lock:
+        known = _last.get("text")
     try:
-        with database().session() as session:
-            stored = stored_exposition(session)
-            models = readings_times(session)
+        with database().read_session() as session:
+            stored = stored_exposition(session, known)
         readable = True
     except SQLAlchemyError:
-        stored, models, readable = None, {}, False
-    live = CollectorRegistry(auto_describe=False)
-    live.register(ExpositionCollector(stored[1] if stored else None, utcnow(), readable, models))
+        stored, readable = None, False
+    if stored is not None:
+        with _last_lock:
+            _last["text"] = stored
     if current_app.config["CALMON_SETTINGS"].metrics_dir:
         process = CollectorRegistry(auto_describe=False)
         MultiProcessCollector(process)
     else:
         process = REGISTRY
-    body = (stored[0] if stored else b"") + generate_latest(live) + generate_latest(process)
+    gauges, times = (stored.body, stored.times) if stored else (b"", None)
+    body = gauges + live_text(times, utcnow(), readable) + generate_latest(process)
     return Response(body, content_type=CONTENT_TYPE_LATEST)
 
 

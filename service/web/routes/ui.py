@@ -1,6 +1,6 @@
 """The review pages and their diagrams, for people who would rather look.
 
-``/ui`` the fleet (every model worst first, its slices in alert or warn and since when),
+``/ui`` the fleet (models worst first, 50 a page, their slices in alert or warn and since when),
 ``/ui/models/{model}`` a model's reading, diagrams, history chart and class-wise reliability,
 ``/ui/contracts/{id}`` a contract, ``/ui/gate/{id}`` one gate decision with its audit hashes; and
 the SVG diagrams the API serves (reliability of a window or a baseline, ECE over time). Each
@@ -36,7 +36,7 @@ from werkzeug.wrappers import Response as BaseResponse
 
 from service.auth.tokens import Permission, Principal
 from service.common.clock import utcnow
-from service.common.errors import CalmonError, NotFound
+from service.common.errors import CalmonError, ErrorDetail, NotFound, ValidationFailed
 from service.contracts import service as contracts_service
 from service.stream import history as histories
 from service.stream import readings as monitoring
@@ -255,12 +255,24 @@ def _windows() -> list[str]:
 
 @bp.get("/ui")
 def models() -> BaseResponse:
-    """The fleet: every model worst first, its slices in alert or warn and since when."""
+    """The fleet, a page of models at a time: worst first, their slices in alert or warn and
+    since when."""
     viewer = _viewer()
     if not isinstance(viewer, Principal):
         return viewer
-    page = pages.fleet_page(db_session(), _windows(), utcnow())
+    try:
+        page = pages.fleet_page(db_session(), _windows(), utcnow(), _page_number())
+    except CalmonError as exc:
+        return _error_page(viewer, exc)
     return _page("ui/models.html", principal=viewer, **pages.context(page))
+
+
+def _page_number() -> int:
+    """The ``page`` query value (1-based, default 1)."""
+    raw = request.args.get("page", "1")
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 9:
+        raise ValidationFailed("invalid page", [ErrorDetail("page", "must be 1 or more")])
+    return int(raw)
 
 
 @bp.get("/ui/models/<model>")

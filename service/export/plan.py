@@ -1,0 +1,86 @@
+"""What a refresh cycle recomputes, decided from the fleet's changes alone (no SQL here).
+
+A reading is a pure function of the buckets inside its window, the model's contracts and the
+window's bounds. So a model has work when it was never refreshed, when its inputs key (contract
+set, windows, series budget) changed, when some of its slices were written (change markers) or
+when some of its readings are due (their trailing window's edge passed a bucket holding data:
+``stale_at``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from service.config import Settings
+from service.export.change_store import FleetModel, Markers, StateRow
+from service.stream.bucket_store import EVERY_SLICE
+from service.stream.windows import FINE, Window, parse_duration
+
+
+def inputs_key(fleet_model: FleetModel, settings: Settings) -> str:
+    """What, besides buckets, a model's readings are computed from: its contract set, the
+    windows and the series budget."""
+    windows = ",".join(settings.windows)
+    return (
+        f"contracts={fleet_model.contracts_key};windows={windows};"
+        f"slices={settings.max_slices_per_model}"
+    )
+
+
+@dataclass(frozen=True)
+class ModelWork:
+    """What a cycle must do for one model: its inputs key now, its refresh state (None: never
+    refreshed), the change markers read (slice -> token) and its due (cohort, window)
+    readings."""
+
+    model: str
+    inputs_key: str
+    state: StateRow | None
+    markers: Mapping[str, int] = field(default_factory=dict)
+    due: frozenset[tuple[str, str]] = frozenset()
+
+    @property
+    def full(self) -> bool:
+        """Whether every reading of the model is recomputed."""
+        return (
+            self.state is None
+            or self.state.inputs_key != self.inputs_key
+            or EVERY_SLICE in self.markers
+        )
+
+
+def plan_work(
+    fleet: Mapping[str, FleetModel],
+    states: Mapping[str, StateRow],
+    markers: Markers,
+    due: Mapping[str, set[tuple[str, str]]],
+    settings: Settings,
+) -> list[ModelWork]:
+    """The models of ``fleet`` with something to recompute, by name."""
+    out = []
+    for model, fleet_model in fleet.items():
+        work = ModelWork(
+            model,
+            inputs_key(fleet_model, settings),
+            states.get(model),
+            markers.get(model, {}),
+            frozenset(due.get(model, ())),
+        )
+        if work.full or work.markers or work.due:
+            out.append(work)
+    return out
+
+
+def stale_at(window: Window, first: datetime | None, after_end: datetime | None) -> datetime | None:
+    """When the trailing ``window``'s reading stops being current without any new write: when
+    its start passes ``first`` (the first 5-minute bucket with data at or after its start), if
+    that lies inside it, or its end reaches ``after_end`` (the first bucket with data at or
+    after its end); None: never."""
+    assert window.name is not None
+    if first is None or first >= window.end:
+        return after_end
+    # The start floor(now - d, 5 min) passes the bucket at `first` once now >= first + d + 5 min.
+    passes = first + parse_duration(window.name) + FINE
+    return passes if after_end is None else min(passes, after_end)
