@@ -1,35 +1,40 @@
-"""Simulated error rates of calmon's statistics, written as Markdown tables.
+"""Simulated error rates of calmon's statistics and decision rules, written as Markdown tables.
 
-    .venv/bin/python bench/bench_statistics.py [--reps 1000] [--peer-reps 100]
-                                         [--out docs/statistics-tables.md] [--processes 2]
+    .venv/bin/python bench/bench_statistics.py [--reps 1000] [--tail-reps 4000]
+        [--weeks 1000] [--out docs/statistics-tables.md] [--processes 2] [--quick]
 
-Five tables, every one on data whose true calibration is known (``SCENARIOS`` of
-``service/calibration/simulation.py``, 15 equal-width bins):
+Every table runs on data whose true calibration is known: the scenarios of
+``service/calibration/simulation.py`` (populations x shapes of miscalibration x true ECE at
+0, 0.5, 0.9, 1 and 2 x max_ece 0.05). Batches are resampled from a pool of a million rows of
+each scenario, every outcome drawn afresh (``RowPool``).
 
-1. coverage of the true binned ECE by ``infer_ece``'s 95% interval, with the bias and RMSE of
-   the plug-in and debiased estimates;
-2. the same for two peers on the same draws (``uncertainty-calibration``, ``relplot``), when
-   they are installed (they are not calmon dependencies: a missing one is skipped);
-3. the error rates of the drift status rule (``assess_drift``);
-4. the error rates of the review gate (``evaluate_gate`` on contracts fitted by
-   ``fit_contract_spec``);
-5. the confidence-shift statistic (PSI and its chi-square test) when nothing shifted.
+1. the ECE interval: coverage of the true ECE, each one-sided tail, the test's agreement with the
+   interval, and the plug-in's and debiased estimate's errors (``--tail-reps`` per cell);
+2. the status rule per evaluation: a window of N labeled rows (blocks of 25, 5-minute buckets
+   at 300 labels an hour, with 600 rows before it) from a steady cohort, against a baseline of
+   500 or 2,000 rows;
+3. the review gate: a registered identity contract judged on a fresh evaluation set of each
+   scenario; contracts fitted on calibrated rows judged on their stored baseline; a
+   degenerate calibrator;
+4. the statuses over time: cohorts streamed at 300 labels an hour through 5-minute buckets,
+   the three default windows re-decided every 5 minutes (``--weeks`` cohort-weeks per cell):
+   false alerts and warns per year, and the fleet's false warn episodes per day;
+5. a step to 2 x max_ece: labels of the changed cohort until its first alert;
+6. two-class models with a prevalence error, read in both views;
+7. the most any test can do with N = 300 rows (Neyman-Pearson);
+8. the confidence-shift statistic with no shift.
 
-Each cell draws from its own generator, ``numpy.random.default_rng([SEED, table, *cell])``, so
-its numbers do not depend on which other cells run or on the order the worker processes finish
-them. Progress goes to stderr.
+Each cell draws from ``numpy.random.default_rng([SEED, table, *cell])``, so a cell's numbers do
+not depend on which other cells run. ``--quick`` runs a small subset (for trying changes).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.metadata
 import math
 import multiprocessing
 import sys
 import time
-import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -37,15 +42,34 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import scipy.stats
+from scipy.stats import norm
 
-from service.calibration.binning import default_edges
-from service.calibration.drift import ALERT, INSUFFICIENT_DATA, OK, WARN, DriftPolicy, assess_drift
-from service.calibration.drift import confidence_shift as shift_of
-from service.calibration.ece_inference import infer_ece
-from service.calibration.readings import reading_from_stats
-from service.calibration.simulation import SCENARIOS
-from service.calibration.stats import CalibrationStats, binary_stats, multiclass_stats
+from service.calibration import IdentityCalibrator
+from service.calibration.drift import (
+    ALERT,
+    INSUFFICIENT_DATA,
+    OK,
+    WARN,
+    DriftPolicy,
+    confidence_shift,
+)
+from service.calibration.ece_inference import infer_ece_many
+from service.calibration.rule_simulation import (
+    WINDOWS,
+    baseline_levels,
+    labels_to_alert,
+    steady_onsets,
+    window_statuses,
+)
+from service.calibration.simulation import (
+    MAX_ECE,
+    POPULATIONS,
+    SHAPES,
+    RowPool,
+    Scenario,
+    cells,
+    scenario,
+)
 from service.common.errors import ErrorCollector, ValidationFailed
 from service.contracts.fitting import fit_contract_spec
 from service.contracts.labeled_sets import LabeledSet
@@ -54,35 +78,26 @@ from service.contracts.requests import FitRequest, parse_spec_fields
 from service.gate.checks import evaluate_gate
 from service.gate.requests import GateRequest, parse_gate_request
 
-SEED = 20260301
-BINS = 15
-EDGES = default_edges(BINS)
-TASKS = ("binary", "multiclass")
-TARGETS = (0.0, 0.02, 0.05, 0.10)
-ECE_SIZES = (300, 1000, 3000, 10000)
-DRIFT_SIZES = (200, 300, 500, 1000, 3000, 10000)
-DRIFT_LEVELS = (0.0, 0.05, 0.10)
-DRIFT_BASELINE_ROWS = 2000
-POLICY = DriftPolicy(max_ece=0.05, max_ece_increase=0.02, min_labeled=200)
-GATE_SIZES = ((500, 500), (1000, 1000), (3000, 3000), (500, 10000))
-GATE_DRIFTED = (3000, 3000, 0.10)
-GATE_MODELS = (("multiclass", "temperature"), ("binary", "temperature"), ("binary", "platt"))
-PSI_BASELINES = (500, 3000)
-PSI_WINDOWS = (50, 200, 1000, 10000)
-PSI_THRESHOLD = 0.1
+SEED = 20261201
+POLICY = DriftPolicy(max_ece=MAX_ECE, max_ece_increase=0.02, min_labeled=200)
+SIZES = (300, 1000, 3000, 10000)
+BASELINES = (500, 2000)
+FLEET_COHORTS = 50
+GATE_EVAL_SIZES = (500, 3000)
+GATE_FITTED = (("k10", "temperature"), ("beta25", "temperature"), ("beta25", "platt"))
+STREAMS = {"interval": 1, "status": 2, "gate": 3, "time": 4, "step": 5, "two": 6, "psi": 8}
 STATUSES = (OK, WARN, ALERT, INSUFFICIENT_DATA)
-#: Generator streams: ``default_rng([SEED, stream, *cell])``.
-STREAMS = {"ece": 1, "peers": 2, "drift": 3, "gate": 4, "psi": 5}
-COVERAGE_TARGET = 0.93
-UPPER_BELOW_TARGET = 0.035
-CALIBRATED_FLAG_TARGET = 0.10
-CALIBRATED_ALERT_TARGET = 0.025
-TWICE_FLAG_TARGET = 0.90
+# Targets.
+TAIL_TARGET = 0.025
+WARN_TARGET = 0.05
+ALERT_TARGET = 0.01
+POWER_TARGET = 0.90
 GATE_FALSE_FAIL_TARGET = 0.05
-GATE_MISS_TARGET = 0.95
-GATE_CHECKS = ("eval_ece", "nll_improvement")
-PEER_BOOTSTRAP = 100
-PEER_PACKAGES = {"uncertainty-calibration": "calibration.utils", "relplot": "relplot"}
+GATE_POWER_TARGET = 0.95
+MTTFA_TARGET_YEARS = 1.0
+FLEET_WARN_TARGET = 1.0
+STEP_MEDIAN_TARGET = 1000
+STEP_P95_TARGET = 3000
 _NAN = float("nan")
 
 Arrays = dict[str, np.ndarray]
@@ -95,304 +110,302 @@ class Job:
     table: str
     key: tuple[Any, ...]
     reps: int
-    peer_reps: int = 0
 
     @property
     def cost(self) -> float:
         """A rough relative cost, so the slowest cells start first."""
-        if self.table == "ece":
-            return self.reps * 0.005 + self.peer_reps * 0.6 + self.key[2] * 1e-6 * self.reps
-        if self.table == "drift":
-            return self.reps * 0.04
-        if self.table == "gate":
-            return self.reps * 0.03
-        return self.reps * 0.002
+        scale = {"interval": 1e-6, "status": 2e-6, "gate": 5e-3, "time": 0.02, "step": 0.01}
+        rows = next((k for k in self.key if isinstance(k, int)), 1000)
+        return self.reps * scale.get(self.table, 1e-3) * (rows if self.table != "time" else 1)
 
 
-# --- helpers shared by the experiments --------------------------------------------------------
-
-
-def _rng(stream: str, key: Sequence[Any]) -> np.random.Generator:
-    """The generator of one cell: ``default_rng([SEED, stream number, *cell integers])``."""
-    return np.random.default_rng([SEED, STREAMS[stream], *_key_integers(key)])
-
-
-def _key_integers(key: Sequence[Any]) -> list[int]:
-    """A cell key as integers: task 0 binary / 1 multiclass, calibrator 0 temperature /
-    1 platt, ECE targets in thousandths, row counts as they are."""
-    codes = {"binary": 0, "multiclass": 1, "temperature": 0, "platt": 1}
-    out = []
+def _rng(table: str, key: Sequence[Any]) -> np.random.Generator:
+    """The generator of one cell: ``default_rng([SEED, table number, *cell integers])``."""
+    table = table.split("_")[0]
+    names = [*POPULATIONS, *SHAPES, "calibrated", "prevalence", "temperature", "platt"]
+    ints = []
     for part in key:
         if isinstance(part, str):
-            out.append(codes[part])
+            ints.append(names.index(part))
         elif isinstance(part, float):
-            out.append(round(part * 1000))
+            ints.append(round(part * 1000))
         else:
-            out.append(int(part))
-    return out
+            ints.append(int(part))
+    return np.random.default_rng([SEED, STREAMS[table], *ints])
 
 
-def _stats(task: str, inputs: np.ndarray, labels: np.ndarray) -> CalibrationStats:
-    """Calmon's additive statistics of one draw on the 15 equal-width bins."""
-    if task == "binary":
-        return binary_stats(inputs, labels, EDGES)
-    return multiclass_stats(inputs, labels, EDGES, classwise=False)
+_POOLS: dict[tuple[str, str, float], RowPool] = {}
 
 
-def _confidence_and_outcome(
-    task: str, inputs: np.ndarray, labels: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """What a binned ECE compares: P(positive) and the label (binary), or the top-label
-    confidence and whether the top label is right (multiclass)."""
-    if task == "binary":
-        return inputs, labels
-    shifted = inputs - inputs.max(axis=1, keepdims=True)
-    confidence = 1.0 / np.exp(shifted).sum(axis=1)
-    return confidence, (inputs.argmax(axis=1) == labels).astype(np.int64)
+def _scenario(population: str, shape: str, level: float) -> Scenario:
+    return scenario(population, "constant" if level == 0.0 else shape, level)
 
 
-# --- peers --------------------------------------------------------------------------------------
-
-_PEERS: dict[str, Any] = {}
-
-
-def _load_peers() -> dict[str, str | None]:
-    """Import the peers that are installed; return each one's version (None: not installed)."""
-    versions: dict[str, str | None] = {}
-    for name, module in PEER_PACKAGES.items():
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                _PEERS[name] = importlib.import_module(module)
-            versions[name] = importlib.metadata.version(name)
-        except ImportError:
-            versions[name] = None
-    return versions
+def _pool(population: str, shape: str, level: float) -> RowPool:
+    """The row pool of a scenario (one per worker, built on first use, fixed seed)."""
+    key = (population, shape if level else "calibrated", level)
+    if key not in _POOLS:
+        rng = np.random.default_rng([SEED, 99, *_rng_key(key)])
+        _POOLS[key] = RowPool(_scenario(population, shape, level), rng)
+    return _POOLS[key]
 
 
-def _equal_width_occupied(probs: Any, num_bins: int = BINS) -> list[float]:
-    """uncertainty-calibration binning scheme: the equal-width bins, each of >= 2 rows.
-
-    Its bins are listed by their upper boundaries and hold ``(previous, upper]``. An empty bin
-    is merged into the next (the ECE does not change); a bin of one row too (its debiased
-    estimator refuses bins of fewer than two rows); rows left after the last closed bin join it.
-    """
-    uppers = np.arange(1, num_bins + 1, dtype=np.float64) / num_bins
-    counts = np.bincount(np.searchsorted(uppers, np.asarray(probs)), minlength=num_bins)
-    kept: list[float] = []
-    pending = 0
-    for m in range(num_bins):
-        pending += int(counts[m])
-        if pending >= 2:
-            kept.append(float(uppers[m]))
-            pending = 0
-    if not kept:
-        return [1.0]
-    kept[-1] = 1.0
-    return kept
+def _rng_key(key: tuple[str, str, float]) -> list[int]:
+    names = [*POPULATIONS, *SHAPES, "calibrated", "prevalence"]
+    return [names.index(key[0]), names.index(key[1]), round(key[2] * 1000)]
 
 
-def _uncertainty_calibration(
-    confidence: np.ndarray, outcome: np.ndarray, seed: int
-) -> tuple[float, float, float]:
-    """uncertainty-calibration: its 95% bootstrap interval and debiased L1 estimate.
-
-    The interval is its ``bootstrap_uncertainty`` (100 resamples, the basic interval
-    ``2 plug-in - quantiles``) of its plug-in L1 error on the 15 equal-width bins; ``alpha`` is
-    given in percent, as that function reads it. The estimate is ``lower_bound_scaling_ce(p=1,
-    debias=True)`` on ``_equal_width_occupied`` bins. Both use numpy's global generator, seeded
-    here.
-    """
-    cu = _PEERS["uncertainty-calibration"]
-    rows = np.column_stack([confidence, outcome]).astype(np.float64)
-    uppers = cu.get_equal_prob_bins(confidence, num_bins=BINS)
-
-    def plug_in(index: list[int]) -> float:
-        return float(cu.plugin_ce(cu.fast_bin(rows[np.asarray(index)], uppers), power=1))
-
-    np.random.seed(seed)
-    lower, _, upper = cu.bootstrap_uncertainty(
-        list(range(rows.shape[0])), plug_in, num_samples=PEER_BOOTSTRAP, alpha=5.0
-    )
-    try:
-        estimate = float(
-            cu.lower_bound_scaling_ce(
-                confidence,
-                outcome.astype(np.int64),
-                p=1,
-                debias=True,
-                num_bins=BINS,
-                binning_scheme=_equal_width_occupied,
-            )
-        )
-    except ValueError:
-        estimate = _NAN
-    return float(lower), float(upper), estimate
+# --- 1. the interval ------------------------------------------------------------------------
 
 
-def _relplot(confidence: np.ndarray, outcome: np.ndarray, seed: int) -> tuple[float, float, float]:
-    """relplot: smooth ECE and the interval ``prepare_rel_diagram`` reports for it.
-
-    That is smECE +- the larger half of the basic bootstrap interval of
-    ``scipy.stats.bootstrap(paired=True, n_resamples=100, method="basic")``.
-    """
-    rp = _PEERS["relplot"]
-    f, y = confidence.astype(np.float64), outcome.astype(np.float64)
-    estimate = float(rp.smECE(f, y))
-    ci = scipy.stats.bootstrap(
-        (f, y),
-        rp.smECE,
-        paired=True,
-        n_resamples=PEER_BOOTSTRAP,
-        method="basic",
-        confidence_level=0.95,
-        rng=np.random.default_rng(seed),
-    ).confidence_interval
-    half = max(estimate - float(ci.low), float(ci.high) - estimate)
-    return estimate - half, estimate + half, estimate
+def _interval_job(job: Job) -> Arrays:
+    population, shape, level, N = job.key
+    truth = _scenario(population, shape, level).true_ece
+    n, c, k = _pool(population, shape, level).tables(_rng("interval", job.key), job.reps, N)
+    got = infer_ece_many(n, c, k)
+    excludes = got.lower > 0.0
+    return {
+        "covered": (got.lower <= truth) & (truth <= got.upper),
+        "upper_below": got.upper < truth,
+        "lower_above": got.lower > truth,
+        "agree": excludes == (got.p_value < 0.05),
+        "width": got.upper - got.lower,
+        "plug_in_error": got.ece - truth,
+        "debiased_error": got.debiased - truth,
+        "truth": np.full(job.reps, truth),
+    }
 
 
-PEER_RUNNERS: dict[str, Callable[[np.ndarray, np.ndarray, int], tuple[float, float, float]]] = {
-    "uncertainty-calibration": _uncertainty_calibration,
-    "relplot": _relplot,
-}
+# --- 2. statuses per evaluation ---------------------------------------------------------------
 
 
-# --- the experiments ----------------------------------------------------------------------------
+def _status_job(job: Job) -> Arrays:
+    population, shape, level, N, baseline_n = job.key
+    rng = _rng("status", job.key)
+    base_pool = _pool(population, shape, level if level <= 1.0 else 0.0)
+    levels = baseline_levels(base_pool, rng, baseline_n, job.reps, POLICY)
+    status = window_statuses(_pool(population, shape, level), levels, rng, N, POLICY)
+    return {f"status:{s}": status == s for s in STATUSES}
 
 
-def _ece_job(job: Job) -> Arrays:
-    """Table 1 (and 2): calmon's interval on every draw, the peers on the first ones."""
-    task, target, N = job.key
-    scenario = SCENARIOS[(task, target)]
-    rng, peer_rng = _rng("ece", job.key), _rng("peers", job.key)
-    out = {k: np.full(job.reps, _NAN) for k in ("lower", "upper", "ece", "debiased")}
-    for name in _PEERS:
-        for k in ("lower", "upper", "estimate"):
-            out[f"{name}:{k}"] = np.full(job.peer_reps, _NAN)
-    for r in range(job.reps):
-        inputs, labels = scenario.draw(rng, N)
-        s = _stats(task, inputs, labels)
-        got = infer_ece(s.bin_count, s.bin_confidence_sum, s.bin_correct_sum)
-        out["lower"][r], out["upper"][r] = got.lower, got.upper
-        out["ece"][r], out["debiased"][r] = got.ece, got.debiased
-        if r >= job.peer_reps:
-            continue
-        confidence, outcome = _confidence_and_outcome(task, inputs, labels)
-        seed = int(peer_rng.integers(2**32))
-        for name in _PEERS:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                values = PEER_RUNNERS[name](confidence, outcome, seed)
-            for k, v in zip(("lower", "upper", "estimate"), values, strict=True):
-                out[f"{name}:{k}"][r] = v
-    return out
+# --- 3. the gate ------------------------------------------------------------------------------
 
 
-def _drift_job(job: Job) -> Arrays:
-    """Table 3: statuses of windows of N rows at each true ECE against a fresh baseline."""
-    task, N = job.key
-    rng = _rng("drift", job.key)
-    status = {level: np.empty(job.reps, dtype=object) for level in DRIFT_LEVELS}
-    for r in range(job.reps):
-        baseline = reading_from_stats(
-            _stats(task, *SCENARIOS[(task, 0.0)].draw(rng, DRIFT_BASELINE_ROWS))
-        )
-        for level in DRIFT_LEVELS:
-            window = reading_from_stats(_stats(task, *SCENARIOS[(task, level)].draw(rng, N)))
-            status[level][r] = assess_drift(window, baseline, POLICY, edges=EDGES.tolist()).status
-    return {f"status:{level}": v for level, v in status.items()}
-
-
-def _spec_fields(task: str) -> dict[str, Any]:
-    """The client-supplied contract fields of a simulated model (default policy, 15 bins)."""
+def _spec_fields(population: str) -> dict[str, Any]:
+    """The client-supplied contract fields of a simulated model (default policy)."""
+    p = POPULATIONS[population]
     body: dict[str, Any] = {
         "model": "simulated",
         "checkpoint": "sha256:" + "ab" * 32,
-        "task": task,
+        "task": p.task,
         "population": "simulated rows (bench/bench_statistics.py)",
         "outcome": "simulated labels",
         "data_window": {"start": "2026-01-01T00:00:00Z", "end": "2026-02-01T00:00:00Z"},
         "split": {"method": "independent draws"},
-        "bin_edges": EDGES.tolist(),
+        "bin_edges": list(p.edges),
         "policy": POLICY.to_dict(),
     }
-    if task == "multiclass":
-        body["classes"] = [f"class{k}" for k in range(10)]
+    if p.task == "multiclass":
+        body["classes"] = [f"class{k}" for k in range(p.classes)]
     errors = ErrorCollector()
     fields = parse_spec_fields(body, errors)
     errors.raise_if_any("the simulated contract fields are invalid")
     return fields
 
 
-def _gate_job(job: Job) -> Arrays:
-    """Table 4: gate decisions on contracts fitted on calibrated rows.
+_REQUEST = parse_gate_request({"contract_id": "simulated", "policy": {"max_ece": MAX_ECE}})
+_CREATED = datetime(2026, 2, 1, tzinfo=UTC)
 
-    ``target`` 0: the gate judges the contract's stored eval baseline. ``target`` > 0: the
-    contract is fitted and baselined on calibrated rows, and the gate judges a fresh evaluation
-    set of ``eval_n`` rows drawn from the miscalibrated scenario (the model drifted).
-    """
-    task, method, fit_n, eval_n, target = job.key
+
+def _gate_outcomes(contract: Contract, requests: Iterable[GateRequest]) -> Arrays:
+    failed, ece, nll, bound, other = [], [], [], [], []
+    for request in requests:
+        outcome = evaluate_gate(contract, request, "measured")
+        names = {c.name for c in outcome.checks if not c.passed}
+        failed.append(outcome.decision == "fail")
+        ece.append("eval_ece" in names)
+        nll.append("nll_improvement" in names)
+        bound.append("calibrator_bound" in names)
+        other.append(bool(names - {"eval_ece", "nll_improvement", "calibrator_bound"}))
+    return {
+        "failed": np.array(failed),
+        "check:eval_ece": np.array(ece),
+        "check:nll_improvement": np.array(nll),
+        "check:calibrator_bound": np.array(bound),
+        "check:other": np.array(other),
+    }
+
+
+def _identity_contract(population: str, rng: np.random.Generator) -> Contract:
+    """A contract with the identity calibrator and a calibrated 2,000-row baseline."""
+    s = _scenario(population, "constant", 0.0)
+    data = LabeledSet(*s.draw(rng, 2000))
+    other = LabeledSet(*s.draw(rng, 2000))
+    spec = fit_contract_spec(FitRequest(_spec_fields(population), "temperature", data, other))
+    identity = replace(spec, calibrator=IdentityCalibrator())
+    return Contract("simulated", 1, identity, _CREATED, "bench", "0" * 64)
+
+
+def _gate_fresh_job(job: Job) -> Arrays:
+    """A registered identity contract judged on fresh evaluation sets of the scenario."""
+    population, shape, level, eval_n = job.key
     rng = _rng("gate", job.key)
-    fields = _spec_fields(task)
-    request = parse_gate_request({"contract_id": "simulated", "policy": {"max_ece": 0.05}})
-    calibrated = SCENARIOS[(task, 0.0)]
-    created = datetime(2026, 2, 1, tzinfo=UTC)
-    failed = np.zeros(job.reps, dtype=bool)
-    checks = {name: np.zeros(job.reps, dtype=bool) for name in (*GATE_CHECKS, "other")}
-    for r in range(job.reps):
-        fit = LabeledSet(*calibrated.draw(rng, fit_n))
-        held_out = LabeledSet(*calibrated.draw(rng, eval_n))
+    contract = _identity_contract(population, rng)
+    s = _scenario(population, shape, level)
+    key = "logits" if s.task == "multiclass" else "scores"
+
+    def requests() -> Iterable[GateRequest]:
+        for _ in range(job.reps):
+            inputs, labels = s.draw(rng, eval_n)
+            yield replace(_REQUEST, evaluation={key: inputs.tolist(), "labels": labels.tolist()})
+
+    return _gate_outcomes(contract, requests())
+
+
+def _gate_fitted_job(job: Job) -> Arrays:
+    """Contracts fitted on calibrated rows, judged on their stored eval baseline."""
+    population, method, fit_n, eval_n = job.key
+    rng = _rng("gate", job.key)
+    s = _scenario(population, "constant", 0.0)
+    fields = _spec_fields(population)
+    out: dict[str, list[bool]] = {}
+    for _ in range(job.reps):
+        fit, held_out = LabeledSet(*s.draw(rng, fit_n)), LabeledSet(*s.draw(rng, eval_n))
         try:
             spec = fit_contract_spec(FitRequest(fields, method, fit, held_out))
         except ValidationFailed:
-            failed[r] = checks["other"][r] = True
-            continue
-        contract = Contract("simulated", 1, spec, created, "bench", "0" * 64)
-        asked: GateRequest = request
-        if target > 0:
-            inputs, labels = SCENARIOS[(task, target)].draw(rng, eval_n)
-            key = "logits" if task == "multiclass" else "scores"
-            asked = replace(request, evaluation={key: inputs.tolist(), "labels": labels.tolist()})
-        outcome = evaluate_gate(contract, asked, "measured")
-        failed[r] = outcome.decision == "fail"
-        for check in outcome.checks:
-            if not check.passed:
-                checks[check.name if check.name in GATE_CHECKS else "other"][r] = True
-    return {"failed": failed, **{f"check:{k}": v for k, v in checks.items()}}
+            arrays = {"failed": [True], "check:other": [True]}
+        else:
+            contract = Contract("simulated", 1, spec, _CREATED, "bench", "0" * 64)
+            arrays = {k: list(v) for k, v in _gate_outcomes(contract, [_REQUEST]).items()}
+        for name, value in arrays.items():
+            out.setdefault(name, []).extend(value)
+    return {k: np.array(v) for k, v in out.items()}
+
+
+def _gate_degenerate_job(job: Job) -> Arrays:
+    """A temperature fitted on a separable fit set (it stops on its bound), judged on its
+    stored baseline of real (non-separable) eval rows."""
+    population, fit_n, eval_n = job.key
+    rng = _rng("gate", job.key)
+    s = _scenario(population, "constant", 0.0)
+    fields = _spec_fields(population)
+    out: dict[str, list[bool]] = {}
+    for _ in range(job.reps):
+        z, _y = s.draw(rng, fit_n)
+        separable = LabeledSet(z, np.argmax(z, axis=1)) if s.task == "multiclass" else None
+        if separable is None:
+            separable = LabeledSet(z, (z >= 0.5).astype(np.int64))
+        held_out = LabeledSet(*s.draw(rng, eval_n))
+        spec = fit_contract_spec(FitRequest(fields, "temperature", separable, held_out))
+        contract = Contract("simulated", 1, spec, _CREATED, "bench", "0" * 64)
+        for name, value in _gate_outcomes(contract, [_REQUEST]).items():
+            out.setdefault(name, []).extend(value)
+    return {k: np.array(v) for k, v in out.items()}
+
+
+# --- 4. statuses over time, 5. a step change ---------------------------------------------------
+
+
+def _time_job(job: Job) -> Arrays:
+    """Cohort-weeks of a steady cohort: onsets of alert and warn detections per window."""
+    population, shape, level, weeks = job.key
+    rng = _rng("time", job.key)
+    pool = _pool(population, shape, level)
+    levels = baseline_levels(pool, rng, 2000, 1, POLICY)[0]
+    out: dict[str, list[int]] = {}
+    cohorts = max(1, weeks // 26)
+    for _ in range(cohorts):
+        for key, count in steady_onsets(pool, levels, rng, weeks // cohorts).items():
+            out.setdefault(key, []).append(count)
+    return {k: np.array(v) for k, v in out.items()} | {
+        "weeks": np.array([weeks // cohorts] * cohorts)
+    }
+
+
+def _step_job(job: Job) -> Arrays:
+    """Calibrated for a day, then 2 x max_ece: labels of the changed cohort to the first alert
+    (any window), -1 if none within the horizon."""
+    population, shape = job.key
+    rng = _rng("step", job.key)
+    before, after = _pool(population, shape, 0.0), _pool(population, shape, 2.0)
+    levels = baseline_levels(before, rng, 2000, 1, POLICY)[0]
+    return {"labels": labels_to_alert(before, after, levels, rng, job.reps)}
+
+
+# --- 6. two-class models, 7. the Neyman-Pearson bound, 8. PSI ----------------------------------
+
+
+def _two_class_job(job: Job) -> Arrays:
+    """Two-class multiclass rows with a prevalence error: each view's ECE and the gate."""
+    level, eval_n = job.key
+    rng = _rng("two", job.key)
+    s = _scenario("two_class", "prevalence", level)
+    contract = _identity_contract("two_class", rng)
+    out: dict[str, list[float]] = {}
+    for _ in range(job.reps):
+        z, y = s.draw(rng, eval_n)
+        request = replace(_REQUEST, evaluation={"logits": z.tolist(), "labels": y.tolist()})
+        outcome = evaluate_gate(contract, request, "measured")
+        evidence = outcome.evidence
+        out.setdefault("failed", []).append(outcome.decision == "fail")
+        out.setdefault("top_ece", []).append(evidence["ece"])
+        out.setdefault("positive_ece", []).append(evidence["positive_class"]["ece"])
+    return {k: np.array(v) for k, v in out.items()}
+
+
+def neyman_pearson_power(pool: RowPool, n: int, null: float, alternative: float) -> float:
+    """The power at level ``ALERT_TARGET`` of the most powerful test of a constant gap ``null``
+    against ``alternative`` (both with the gaps' signs known), with ``n`` rows of the pool's
+    confidences: the normal approximation of the likelihood-ratio statistic."""
+    c = pool.confidence
+    p0 = np.clip(c - null, 1e-6, 1 - 1e-6)
+    p1 = np.clip(c - alternative, 1e-6, 1 - 1e-6)
+    weight = np.log(p1 / p0) - np.log((1 - p1) / (1 - p0))
+    shift = (weight * (p1 - p0)).mean() * n
+    sd0 = math.sqrt((weight**2 * p0 * (1 - p0)).mean() * n)
+    sd1 = math.sqrt((weight**2 * p1 * (1 - p1)).mean() * n)
+    z = norm.ppf(1.0 - ALERT_TARGET)
+    return float(norm.sf((z * sd0 - shift) / sd1))
 
 
 def _psi_job(job: Job) -> Arrays:
-    """Table 5: confidence shift of a window against a baseline from the same scenario."""
-    task, baseline_n, window_n = job.key
+    population, baseline_n, window_n = job.key
     rng = _rng("psi", job.key)
-    scenario = SCENARIOS[(task, 0.0)]
+    pool = _pool(population, "constant", 0.0)
+    base = pool.tables(rng, job.reps, baseline_n)[0]
+    window = pool.tables(rng, job.reps, window_n)[0]
     out = {k: np.empty(job.reps) for k in ("psi", "no_shift", "p_value")}
     for r in range(job.reps):
-        base = _stats(task, *scenario.draw(rng, baseline_n)).bin_count
-        window = _stats(task, *scenario.draw(rng, window_n)).bin_count
-        got = shift_of(base, window)
+        got = confidence_shift(base[r], window[r])
         out["psi"][r], out["no_shift"][r], out["p_value"][r] = got.psi, got.no_shift, got.p_value
     return out
 
 
 RUNNERS: dict[str, Callable[[Job], Arrays]] = {
-    "ece": _ece_job,
-    "drift": _drift_job,
-    "gate": _gate_job,
+    "interval": _interval_job,
+    "status": _status_job,
+    "gate_fresh": _gate_fresh_job,
+    "gate_fitted": _gate_fitted_job,
+    "gate_degenerate": _gate_degenerate_job,
+    "time": _time_job,
+    "step": _step_job,
+    "two": _two_class_job,
     "psi": _psi_job,
 }
 
 
+# --- running --------------------------------------------------------------------------------------
+
+
 def _init_worker() -> None:
-    """Worker set-up: one BLAS thread per process, the peers imported."""
+    """One BLAS thread per worker process."""
     try:
         from threadpoolctl import threadpool_limits
 
         threadpool_limits(1)
     except ImportError:
         pass
-    _load_peers()
 
 
 def _run(job: Job) -> tuple[Job, Arrays, float]:
@@ -400,20 +413,32 @@ def _run(job: Job) -> tuple[Job, Arrays, float]:
     return job, RUNNERS[job.table](job), time.perf_counter() - start
 
 
-def jobs_of(reps: int, peer_reps: int) -> list[Job]:
-    """Every cell of every table."""
-    jobs = [
-        Job("ece", (task, target, N), reps, min(peer_reps, reps))
-        for task in TASKS
-        for target in TARGETS
-        for N in ECE_SIZES
-    ]
-    jobs += [Job("drift", (task, N), reps) for task in TASKS for N in DRIFT_SIZES]
-    for task, method in GATE_MODELS:
-        jobs += [Job("gate", (task, method, f, e, 0.0), reps) for f, e in GATE_SIZES]
-        jobs.append(Job("gate", (task, method, *GATE_DRIFTED), reps))
+def jobs_of(reps: int, tail_reps: int, weeks: int, quick: bool) -> list[Job]:
+    """Every cell of every table (a small subset with ``quick``)."""
+    populations = ("beta25", "k10", "imbalanced") if quick else None
+    all_cells = cells(populations)
+    sizes = (300, 3000) if quick else SIZES
+    jobs = [Job("interval", (*cell, N), tail_reps) for cell in all_cells for N in sizes]
+    for cell in all_cells:
+        for N in sizes:
+            for b in BASELINES if cell[2] <= 1.0 else (2000,):
+                jobs.append(Job("status", (*cell, N, b), reps))
+    for cell in all_cells:
+        if cell[2] in (0.0, 0.5):
+            jobs += [Job("gate_fresh", (*cell, e), reps) for e in GATE_EVAL_SIZES[:2]]
+        if cell[2] == 2.0:
+            jobs.append(Job("gate_fresh", (*cell, 3000), reps))
+    for population, method in GATE_FITTED:
+        jobs += [Job("gate_fitted", (population, method, 500, e), reps) for e in (500, 3000)]
+    jobs += [Job("gate_degenerate", (p, 300, 1000), reps) for p in ("k10", "confident_k10")]
+    for cell in all_cells:
+        if cell[2] in (0.0, 0.9):
+            jobs.append(Job("time", (*cell, weeks), 1))
+        if cell[2] == 2.0:
+            jobs.append(Job("step", cell[:2], reps))
+    jobs += [Job("two", (level, e), reps) for level in (0.0, 0.5, 2.0) for e in (1000, 3000)]
     jobs += [
-        Job("psi", (task, b, w), reps) for task in TASKS for b in PSI_BASELINES for w in PSI_WINDOWS
+        Job("psi", ("beta25", b, w), reps) for b in (500, 3000) for w in (50, 200, 1000, 10000)
     ]
     return jobs
 
@@ -454,7 +479,7 @@ def _share(x: np.ndarray) -> float:
 
 
 def _f(value: float, digits: int = 3) -> str:
-    return "n/a" if math.isnan(value) else f"{value:.{digits}f}"
+    return "n/a" if value is None or math.isnan(value) else f"{value:.{digits}f}"
 
 
 def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
@@ -463,441 +488,401 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
     return lines
 
 
-def _verdict(misses: list[str]) -> str:
-    if not misses:
-        return "Every cell meets the targets."
-    return "Cells missing a target: " + "; ".join(misses) + "."
+def _cell_name(population: str, shape: str, level: float) -> list[str]:
+    truth = _scenario(population, shape, level).true_ece
+    return [population, shape if level else "calibrated", f"{level:g}", f"{truth:.4f}"]
 
 
-def _truth(task: str, target: float) -> float:
-    return SCENARIOS[(task, target)].true_ece
+def _verdict(failures: list[str]) -> list[str]:
+    if not failures:
+        return ["", "Every cell meets the targets."]
+    return ["", "Cells that miss a target: " + "; ".join(failures) + "."]
 
 
-def ece_section(results: dict[tuple[str, tuple[Any, ...]], Arrays], reps: int) -> list[str]:
-    """Table 1."""
+def interval_section(results: dict[tuple[str, tuple[Any, ...]], Arrays]) -> list[str]:
     rows, misses = [], []
-    for task in TASKS:
-        for target in TARGETS:
-            truth = _truth(task, target)
-            for N in ECE_SIZES:
-                a = results[("ece", (task, target, N))]
-                lo, hi = a["lower"], a["upper"]
-                coverage = _share((lo <= truth) & (truth <= hi))
-                below = _share(hi < truth)
-                rmse = math.sqrt(float(np.mean((a["debiased"] - truth) ** 2)))
-                rows.append(
-                    [
-                        task,
-                        f"{truth:.4f}",
-                        f"{N:,}",
-                        _f(coverage),
-                        _f(below),
-                        _f(_share(lo > truth)),
-                        _f(float(np.mean(hi - lo)), 4),
-                        _f(float(np.mean(a["ece"])), 4),
-                        _f(float(np.mean(a["debiased"])), 4),
-                        _f(rmse, 4),
-                    ]
-                )
-                if coverage < COVERAGE_TARGET:
-                    misses.append(f"{task} ECE {truth:.2f} N {N:,}: coverage {coverage:.3f}")
-                if below > UPPER_BELOW_TARGET:
-                    misses.append(f"{task} ECE {truth:.2f} N {N:,}: upper < truth {below:.3f}")
-    header = [
-        "task",
-        "true ECE",
-        "N",
-        "coverage",
-        "upper < truth",
-        "lower > truth",
-        "mean width",
-        "mean plug-in",
-        "mean debiased",
-        "debiased RMSE",
-    ]
-    return [
-        "## 1. ECE interval coverage",
-        "",
-        f"Each cell draws N labeled rows {reps:,} times from the scenario with the given true "
-        "binned ECE, takes calmon's bin statistics (`binary_stats` / `multiclass_stats(..., "
-        "classwise=False)`) and runs `infer_ece` on their counts, confidence sums and success "
-        "counts. `coverage` is the share of draws whose 95% interval [lower, upper] contains the "
-        "true ECE; `upper < truth` and `lower > truth` split the misses by side; the means are "
-        "over draws; the RMSE is the debiased ECE's against the true ECE. Targets: coverage "
-        f">= {COVERAGE_TARGET} and upper < truth <= {UPPER_BELOW_TARGET} in every cell. "
-        "Generator of a cell: `default_rng([20260301, 1, task, 1000 x target ECE, N])`.",
-        "",
-        *_table(header, rows),
-        "",
-        _verdict(misses),
-        "",
-    ]
-
-
-def peer_section(
-    results: dict[tuple[str, tuple[Any, ...]], Arrays],
-    peer_reps: int,
-    versions: dict[str, str | None],
-) -> list[str]:
-    """Table 2: one table per installed peer, with calmon's coverage on the same draws."""
-    out = [
-        "## 2. Peers on the same draws",
-        "",
-        f"The first {peer_reps:,} draws of every cell of table 1 also go to two open-source "
-        "estimators, as they ship: binary rows as P(positive) with the label, multiclass rows "
-        "as the top-label confidence with whether the top label is right. `calmon coverage` is "
-        "table 1's coverage on the same draws. `bias` is the mean estimate minus the true "
-        "binned ECE. Peer randomness (bootstrap resamples) comes from "
-        "`default_rng([20260301, 2, task, 1000 x target ECE, N])`.",
-        "",
-    ]
-    notes = {
-        "uncertainty-calibration": (
-            "`uncertainty-calibration` {version} (import `calibration`). Its top-level "
-            "`get_calibration_error` picks equal-mass bins for continuous scores and takes no "
-            "bin edges, and `get_calibration_error_uncertainties` bootstraps that equal-mass "
-            "plug-in while passing its `alpha` (a fraction, 0.1 by default) to "
-            "`bootstrap_uncertainty`, which reads it as a percentage, so the default interval "
-            "is a 99.9% one. The table therefore calls its lower-level functions on the 15 "
-            "equal-width bins: the interval is `bootstrap_uncertainty(..., num_samples=100, "
-            "alpha=5.0)` of its plug-in L1 error (`plugin_ce` on `fast_bin` with "
-            "`get_equal_prob_bins(15)`), the basic bootstrap interval `2 x plug-in - "
-            "quantiles`; the estimate is its debiased L1 error `lower_bound_scaling_ce(p=1, "
-            "debias=True, num_bins=15)` on the equal-width bins with empty bins dropped (the "
-            "binned ECE does not change) and one-row bins merged into the next, because its "
-            "debiased estimator refuses any bin of fewer than two rows (the lowest top-label "
-            "bin is always empty). Both estimate the same binned ECE as calmon."
-        ),
-        "relplot": (
-            "`relplot` {version}. It estimates the smooth ECE (`relplot.smECE`, kernel "
-            "smoothing with its automatic bandwidth), a different quantity from the 15-bin "
-            "binned ECE: its coverage of the binned ECE is reported for comparison, not as a "
-            "test against its own target, and `bias` is smECE minus the binned ECE. The "
-            "interval is the one `relplot.prepare_rel_diagram` reports, smECE +- the larger "
-            "half of `scipy.stats.bootstrap((f, y), smECE, paired=True, n_resamples=100, "
-            'method="basic", confidence_level=0.95)`.'
-        ),
-    }
-    header = [
-        "task",
-        "true ECE",
-        "N",
-        "calmon coverage",
-        "coverage",
-        "upper < truth",
-        "lower > truth",
-        "mean width",
-        "mean estimate",
-        "bias",
-    ]
-    for number, name in enumerate(PEER_PACKAGES, 1):
-        version = versions.get(name)
-        out += [f"### 2.{number}. {name}", ""]
-        if version is None:
-            out += [f"`{name}` is not installed in this environment; its table is skipped.", ""]
+    for (table, key), a in sorted(results.items()):
+        if table != "interval":
             continue
-        out += [notes[name].format(version=version), ""]
-        rows, failed = [], 0
-        for task in TASKS:
-            for target in TARGETS:
-                truth = _truth(task, target)
-                for N in ECE_SIZES:
-                    a = results[("ece", (task, target, N))]
-                    n = a[f"{name}:lower"].size
-                    lo, hi, est = (a[f"{name}:{k}"] for k in ("lower", "upper", "estimate"))
-                    ours = (a["lower"][:n] <= truth) & (truth <= a["upper"][:n])
-                    failed += int(np.isnan(est).sum())
-                    rows.append(
-                        [
-                            task,
-                            f"{truth:.4f}",
-                            f"{N:,}",
-                            _f(_share(ours)),
-                            _f(_share((lo <= truth) & (truth <= hi))),
-                            _f(_share(hi < truth)),
-                            _f(_share(lo > truth)),
-                            _f(float(np.mean(hi - lo)), 4),
-                            _f(float(np.nanmean(est)), 4),
-                            _f(float(np.nanmean(est)) - truth, 4),
-                        ]
-                    )
-        out += _table(header, rows)
-        out.append("")
-        if failed:
-            out += [f"The estimate failed on {failed} draws (left out of its means).", ""]
-    return out
-
-
-def drift_section(results: dict[tuple[str, tuple[Any, ...]], Arrays], reps: int) -> list[str]:
-    """Table 3."""
-    rows, misses = [], []
-    for task in TASKS:
-        for N in DRIFT_SIZES:
-            a = results[("drift", (task, N))]
-            share = {
-                level: {s: _share(a[f"status:{level}"] == s) for s in STATUSES}
-                for level in DRIFT_LEVELS
-            }
-            flagged = {level: share[level][WARN] + share[level][ALERT] for level in DRIFT_LEVELS}
-            calm = share[0.0]
-            rows.append(
-                [
-                    task,
-                    f"{N:,}",
-                    _f(flagged[0.0]),
-                    _f(calm[ALERT]),
-                    _f(calm[INSUFFICIENT_DATA]),
-                    _f(calm[OK]),
-                    _f(flagged[0.05]),
-                    _f(share[0.05][ALERT]),
-                    _f(flagged[0.10]),
-                    _f(share[0.10][ALERT]),
-                    _f(share[0.10][INSUFFICIENT_DATA]),
-                ]
-            )
-            if flagged[0.0] > CALIBRATED_FLAG_TARGET:
-                misses.append(f"{task} N {N:,}: calibrated flagged {flagged[0.0]:.3f}")
-            if calm[ALERT] > CALIBRATED_ALERT_TARGET:
-                misses.append(f"{task} N {N:,}: calibrated alerted {calm[ALERT]:.3f}")
-            if N == 300 and flagged[0.10] < TWICE_FLAG_TARGET:
-                misses.append(f"{task} N 300: 2 x max_ece flagged {flagged[0.10]:.3f}")
+        population, shape, level, N = key
+        upper, lower = _share(a["upper_below"]), _share(a["lower_above"])
+        error = a["debiased_error"]
+        rows.append(
+            [
+                *_cell_name(population, shape, level),
+                f"{N:,}",
+                _f(_share(a["covered"])),
+                _f(upper),
+                _f(lower),
+                _f(_share(a["agree"])),
+                _f(float(np.mean(a["width"])), 4),
+                _f(float(np.median(a["plug_in_error"])), 4),
+                _f(float(np.median(error)), 4),
+                _f(_share(error > 0)),
+            ]
+        )
+        reps = a["covered"].size
+        slack = 2.0 * math.sqrt(TAIL_TARGET * (1 - TAIL_TARGET) / reps)
+        for name, value in (("upper < truth", upper), ("lower > truth", lower)):
+            if value > TAIL_TARGET + slack:
+                misses.append(f"{population}/{shape}/{level:g}/N={N} {name} {value:.3f}")
+        if _share(a["agree"]) < 1.0:
+            misses.append(f"{population}/{shape}/{level:g}/N={N} test and interval disagree")
     header = [
-        "task",
-        "window N",
-        "ECE 0: flagged",
-        "ECE 0: alert",
-        "ECE 0: insufficient_data",
-        "ECE 0: ok",
-        "ECE 0.05: flagged",
-        "ECE 0.05: alert",
-        "ECE 0.10: flagged",
-        "ECE 0.10: alert",
-        "ECE 0.10: insufficient_data",
-    ]
-    return [
-        "## 3. Drift status error rates",
-        "",
-        f"Each repetition ({reps:,} per row) draws a perfectly calibrated baseline eval set of "
-        f"{DRIFT_BASELINE_ROWS:,} rows and, against it, one window of N labeled rows at each "
-        "true ECE (0, 0.05 = max_ece, 0.10 = 2 x max_ece); `reading_from_stats` makes the "
-        "readings and `assess_drift` decides the status under the default policy (max_ece "
-        "0.05, max_ece_increase 0.02, min_labeled 200) on 15 equal-width bins. `flagged` is the "
-        "share of warn or alert. Targets: a calibrated window is flagged in at most "
-        f"{CALIBRATED_FLAG_TARGET:.0%} and alerted in at most {CALIBRATED_ALERT_TARGET:.1%} of "
-        f"draws at every N >= 200; a window at 2 x max_ece is flagged in at least "
-        f"{TWICE_FLAG_TARGET:.0%} at N = 300; true ECE = max_ece is shown for information. "
-        "Generator of a row: `default_rng([20260301, 3, task, N])`.",
-        "",
-        *_table(header, rows),
-        "",
-        _verdict(misses),
-        "",
-    ]
-
-
-def gate_section(results: dict[tuple[str, tuple[Any, ...]], Arrays], reps: int) -> list[str]:
-    """Table 4."""
-    rows, misses = [], []
-    for task, method in GATE_MODELS:
-        cells = [(f, e, 0.0) for f, e in GATE_SIZES] + [GATE_DRIFTED]
-        for fit_n, eval_n, target in cells:
-            a = results[("gate", (task, method, fit_n, eval_n, target))]
-            fail = _share(a["failed"])
-            rows.append(
-                [
-                    task,
-                    method,
-                    f"{_truth(task, target):.4f}",
-                    f"{fit_n:,}",
-                    f"{eval_n:,}",
-                    "fresh evaluation" if target else "stored eval baseline",
-                    _f(fail),
-                    *(_f(_share(a[f"check:{k}"])) for k in (*GATE_CHECKS, "other")),
-                ]
-            )
-            if target == 0.0 and eval_n >= 500 and fail > GATE_FALSE_FAIL_TARGET:
-                misses.append(f"{task} {method} fit {fit_n:,} eval {eval_n:,}: fails {fail:.3f}")
-            if target > 0.0 and fail < GATE_MISS_TARGET:
-                misses.append(f"{task} {method} true ECE {target:.2f}: fails only {fail:.3f}")
-    header = [
-        "task",
-        "calibrator",
+        "population",
+        "shape",
+        "x max_ece",
         "true ECE",
-        "fit rows",
-        "eval rows",
-        "gate judges",
-        "fail",
-        "eval_ece fails",
-        "nll_improvement fails",
-        "other checks fail",
+        "N",
+        "coverage",
+        "upper < truth",
+        "lower > truth",
+        "excludes 0 = p < 0.05",
+        "mean width",
+        "plug-in median error",
+        "debiased median error",
+        "P(debiased > truth)",
     ]
-    return [
-        "## 4. Gate error rates",
-        "",
-        f"Each repetition ({reps:,} per row) draws a fit set and an eval set from the perfectly "
-        "calibrated scenario, fits a contract with calmon's own fit (`fit_contract_spec`: "
-        "temperature for multiclass, temperature or Platt for binary; 15 equal-width bins, "
-        "default policy) and runs `evaluate_gate` with the default gate policy and max_ece "
-        "0.05. Calibrated rows: the gate judges the contract's stored eval baseline. Rows at "
-        "true ECE 0.10 (2 x max_ece): the contract is fitted and baselined on calibrated rows, "
-        "and the gate judges a fresh `evaluation` set of 3,000 rows drawn from the 0.10 "
-        "scenario, so the calibrator (fitted before the model drifted) cannot remove the error. "
-        "The check columns are the share of repetitions in which that check fails (a "
-        "repetition can fail several). Targets: a calibrated model fails in at most "
-        f"{GATE_FALSE_FAIL_TARGET:.0%} of repetitions with >= 500 eval rows; a model at "
-        f"2 x max_ece fails in at least {GATE_MISS_TARGET:.0%}. Generator of a row: "
-        "`default_rng([20260301, 4, task, calibrator, fit rows, eval rows, 1000 x target "
-        "ECE])`, calibrator 0 = temperature, 1 = Platt.",
-        "",
-        *_table(header, rows),
-        "",
-        _verdict(misses),
-        "",
-    ]
+    return _table(header, rows) + _verdict(misses)
 
 
-def psi_section(results: dict[tuple[str, tuple[Any, ...]], Arrays], reps: int) -> list[str]:
-    """Table 5."""
-    rows = []
-    for task in TASKS:
-        for b in PSI_BASELINES:
-            for w in PSI_WINDOWS:
-                a = results[("psi", (task, b, w))]
-                rows.append(
-                    [
-                        task,
-                        f"{b:,}",
-                        f"{w:,}",
-                        _f(float(np.mean(a["psi"])), 4),
-                        _f(float(np.mean(a["no_shift"])), 4),
-                        _f(_share(a["p_value"] < 0.05)),
-                        _f(_share(a["p_value"] < 0.01)),
-                        _f(_share(a["psi"] > PSI_THRESHOLD)),
-                    ]
-                )
+def status_section(results: dict[tuple[str, tuple[Any, ...]], Arrays]) -> list[str]:
+    rows, misses = [], []
+    for (table, key), a in sorted(results.items()):
+        if table != "status":
+            continue
+        population, shape, level, N, baseline_n = key
+        share = {s: _share(a[f"status:{s}"]) for s in STATUSES}
+        rows.append(
+            [
+                *_cell_name(population, shape, level),
+                f"{N:,}",
+                f"{baseline_n:,}",
+                *(_f(share[s]) for s in STATUSES),
+            ]
+        )
+        flagged = share[WARN] + share[ALERT]
+        if level <= 0.5 and flagged > WARN_TARGET:
+            misses.append(
+                f"{population}/{shape}/{level:g}/N={N}/b={baseline_n} warns {flagged:.3f}"
+            )
+        if level <= 1.0 and share[ALERT] > ALERT_TARGET:
+            misses.append(f"{population}/{shape}/{level:g}/N={N} alerts {share[ALERT]:.3f}")
+        if level == 2.0 and N == 300 and share[ALERT] < POWER_TARGET:
+            misses.append(f"{population}/{shape}/N=300 alerts {share[ALERT]:.3f} at 2 x max_ece")
     header = [
-        "task",
+        "population",
+        "shape",
+        "x max_ece",
+        "true ECE",
+        "window N",
+        "baseline N",
+        *STATUSES,
+    ]
+    return _table(header, rows) + _verdict(misses)
+
+
+def gate_section(results: dict[tuple[str, tuple[Any, ...]], Arrays]) -> list[str]:
+    lines: list[str] = []
+    rows, misses = [], []
+    checks = ("eval_ece", "nll_improvement", "calibrator_bound", "other")
+    for (table, key), a in sorted(results.items()):
+        if table != "gate_fresh":
+            continue
+        population, shape, level, eval_n = key
+        fail = _share(a["failed"])
+        rows.append(
+            [
+                *_cell_name(population, shape, level),
+                f"{eval_n:,}",
+                _f(fail),
+                *(_f(_share(a[f"check:{c}"])) for c in checks),
+            ]
+        )
+        if level <= 0.5 and fail > GATE_FALSE_FAIL_TARGET:
+            misses.append(f"{population}/{shape}/{level:g}/{eval_n} fails {fail:.3f}")
+        if level == 2.0 and eval_n >= 3000 and fail < GATE_POWER_TARGET:
+            misses.append(f"{population}/{shape}/2/{eval_n} fails only {fail:.3f}")
+    header = ["population", "shape", "x max_ece", "true ECE", "eval rows", "fail"]
+    lines += _table([*header, *(f"{c} fails" for c in checks)], rows) + _verdict(misses)
+    fitted = []
+    for (table, key), a in sorted(results.items()):
+        if table == "gate_fitted":
+            population, method, fit_n, eval_n = key
+            row = [population, method, f"{fit_n:,}", f"{eval_n:,}", _f(_share(a["failed"]))]
+            fitted.append(row + [_f(_share(a.get(f"check:{c}", np.zeros(1)))) for c in checks])
+        if table == "gate_degenerate":
+            population, fit_n, eval_n = key
+            row = [population, "temperature (separable fit set)", f"{fit_n:,}", f"{eval_n:,}"]
+            row.append(_f(_share(a["failed"])))
+            fitted.append(row + [_f(_share(a[f"check:{c}"])) for c in checks])
+    lines += ["", "Contracts fitted by calmon, judged on their stored eval baseline:", ""]
+    header = ["population", "calibrator", "fit rows", "eval rows", "fail"]
+    lines += _table([*header, *(f"{c} fails" for c in checks)], fitted)
+    return lines
+
+
+def time_section(results: dict[tuple[str, tuple[Any, ...]], Arrays]) -> list[str]:
+    rows, misses = [], []
+    fleet: dict[str, float] = {}
+    for (table, key), a in sorted(results.items()):
+        if table != "time":
+            continue
+        population, shape, level, _weeks = key
+        years = float(a["weeks"].sum()) / 52.0
+        alerts = {w: int(a[f"alert:{w}"].sum()) for w in WINDOWS}
+        warns = {w: int(a[f"warn:{w}"].sum()) for w in WINDOWS}
+        rows.append(
+            [
+                *_cell_name(population, shape, level),
+                f"{years:.1f}",
+                *(f"{alerts[w] / years:.2f}" for w in WINDOWS),
+                *(f"{warns[w] / years:.2f}" for w in WINDOWS),
+            ]
+        )
+        for w in WINDOWS:
+            if alerts[w] / years > 1.0 / MTTFA_TARGET_YEARS:
+                misses.append(
+                    f"{population}/{shape}/{level:g} {w} alerts {alerts[w] / years:.2f}/year"
+                )
+        if level == 0.0:
+            per_day = sum(warns.values()) / (years * 365.0) * FLEET_COHORTS
+            fleet[population] = per_day
+            if per_day > FLEET_WARN_TARGET:
+                misses.append(f"{population} calibrated fleet warns {per_day:.2f}/day")
+    header = [
+        "population",
+        "shape",
+        "x max_ece",
+        "true ECE",
+        "cohort-years",
+        *(f"alerts/year {w}" for w in WINDOWS),
+        *(f"warns/year {w}" for w in WINDOWS),
+    ]
+    lines = _table(header, rows) + _verdict(misses)
+    lines += [
+        "",
+        "False warn episodes a day of a calibrated fleet of 50 cohorts x 3 windows at 300 labels"
+        " an hour (50 x the calibrated row's warns per cohort-day, all windows):",
+        "",
+    ]
+    lines += _table(
+        ["population", "warn episodes / day"], [[p, f"{v:.3f}"] for p, v in sorted(fleet.items())]
+    )
+    return lines
+
+
+def step_section(results: dict[tuple[str, tuple[Any, ...]], Arrays]) -> list[str]:
+    rows, misses = [], []
+    for (table, key), a in sorted(results.items()):
+        if table != "step":
+            continue
+        population, shape = key
+        labels = a["labels"].astype(float)
+        labels[labels < 0] = np.inf
+        median, p95 = float(np.median(labels)), float(np.percentile(labels, 95))
+        rows.append(
+            [
+                population,
+                shape,
+                f"{median:,.0f}",
+                f"{p95:,.0f}",
+                _f(_share(np.isfinite(labels))),
+            ]
+        )
+        if median > STEP_MEDIAN_TARGET or p95 > STEP_P95_TARGET:
+            misses.append(f"{population}/{shape} median {median:,.0f} p95 {p95:,.0f}")
+    header = ["population", "shape", "median labels", "95th percentile", "alerted"]
+    return _table(header, rows) + _verdict(misses)
+
+
+def two_class_section(results: dict[tuple[str, tuple[Any, ...]], Arrays]) -> list[str]:
+    rows = []
+    for (table, key), a in sorted(results.items()):
+        if table != "two":
+            continue
+        level, eval_n = key
+        truth = _scenario("two_class", "prevalence", level).true_ece
+        rows.append(
+            [
+                f"{level:g}",
+                f"{truth:.4f}",
+                f"{eval_n:,}",
+                _f(float(np.mean(a["top_ece"])), 4),
+                _f(float(np.mean(a["positive_ece"])), 4),
+                _f(_share(a["failed"])),
+            ]
+        )
+    header = [
+        "x max_ece (positive view)",
+        "true positive-class ECE",
+        "eval rows",
+        "mean top-label ECE",
+        "mean positive-class ECE",
+        "gate fails",
+    ]
+    return _table(header, rows)
+
+
+def bound_section() -> list[str]:
+    rows = []
+    for population in (p for p in POPULATIONS if p != "two_class"):
+        rng = np.random.default_rng([SEED, 7, list(POPULATIONS).index(population)])
+        pool = RowPool(_scenario(population, "constant", 0.0), rng, 200_000)
+        power = neyman_pearson_power(pool, 300, MAX_ECE, 2 * MAX_ECE)
+        rows.append([population, _f(power)])
+    return _table(["population", "most powerful test at 1%: power at N = 300"], rows)
+
+
+def psi_section(results: dict[tuple[str, tuple[Any, ...]], Arrays]) -> list[str]:
+    rows = []
+    for (table, key), a in sorted(results.items()):
+        if table != "psi":
+            continue
+        population, baseline_n, window_n = key
+        rows.append(
+            [
+                population,
+                f"{baseline_n:,}",
+                f"{window_n:,}",
+                _f(float(np.mean(a["psi"])), 4),
+                _f(float(np.mean(a["no_shift"])), 4),
+                _f(_share(a["p_value"] < 0.05)),
+                _f(_share(a["p_value"] < 0.01)),
+                _f(_share(a["psi"] > 0.1)),
+            ]
+        )
+    header = [
+        "population",
         "baseline N",
         "window N",
         "mean PSI",
         "mean no_shift",
         "p < 0.05",
         "p < 0.01",
-        f"PSI > {PSI_THRESHOLD}",
+        "PSI > 0.1",
     ]
-    return [
-        "## 5. Confidence shift (PSI) with no shift",
-        "",
-        f"Baseline and window ({reps:,} pairs per row) come from the same perfectly calibrated "
-        "scenario; `drift.confidence_shift` compares their confidence-bin counts (15 "
-        "equal-width bins). `mean no_shift` is the mean of its no-shift level "
-        "`ConfidenceShift.no_shift`; `p < 0.05` and `p < 0.01` are the shares of draws whose "
-        "chi-square homogeneity test rejects at that level (the test holds its level when they "
-        f"are near 0.05 and 0.01); `PSI > {PSI_THRESHOLD}` is the share above the customary "
-        "PSI threshold. Generator of a row: `default_rng([20260301, 5, task, baseline N, "
-        "window N])`.",
-        "",
-        *_table(header, rows),
-        "",
+    return _table(header, rows)
+
+
+INTRO = """# Simulated error rates of calmon's statistics
+
+Generated by `.venv/bin/python bench/bench_statistics.py {args}`; edit the script, not this
+file. Every table runs on data whose true calibration is known: the scenarios of
+`service/calibration/simulation.py`, each a population (what the confidences look like, on which
+reliability bins) with one shape of miscalibration at a true binned ECE of 0, 0.5, 0.9, 1 or 2 x
+max_ece (0.05). Populations: `beta25` binary scores Beta(2, 5); `confident_binary` scores massed
+near 1; `bimodal` balanced binary with modes near 0.15 and 0.85; `few_bins` three narrow modes
+(three occupied bins of 15) and `few_bins_uneven` the same on six uneven bins; `imbalanced`
+prevalence 2% on nine bins fine at the low end; `k10` K = 10 logits N(0, 2.5^2);
+`confident_k10` K = 10 logits N(0, 6^2) (confidences massed near 1); `k100` K = 100. Shapes:
+`constant` gap, `overconfident` and `underconfident` temperature misfits, `one_bin` (all the
+error in one bin), `alternating` (signed gaps alternating across bins). Each cell draws from its
+own generator (`default_rng([{seed}, table, *cell])`). Policy: max_ece 0.05,
+max_ece_increase 0.02, min_labeled 200. Machine: {machine}; date {date}; commit {commit}.
+"""
+
+
+def render(results: dict[tuple[str, tuple[Any, ...]], Arrays], args: argparse.Namespace) -> str:
+    import platform
+    import subprocess
+
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    sections: list[tuple[str, str, list[str]]] = [
+        (
+            "1. The ECE interval",
+            f"{args.tail_reps:,} draws of N rows per cell; `infer_ece` on their bin statistics."
+            " Targets: each one-sided tail (`upper < truth`, `lower > truth`) at most 0.025"
+            " (plus two Monte Carlo standard errors), and the interval excluding 0 exactly when"
+            " the calibration test rejects at 5%. The debiased estimate's median error and"
+            " P(debiased > truth) say how far it is from median-unbiased in each cell.",
+            interval_section(results),
+        ),
+        (
+            "2. Statuses per evaluation",
+            f"{args.reps:,} windows per cell. Each window holds N labeled rows of a steady cohort"
+            " in 5-minute blocks of 25 (300 labels an hour), after 600 rows of lookback, and is"
+            " judged against a baseline of the same scenario (2 x max_ece rows: a calibrated"
+            " baseline). Targets: a cohort within tolerance (at most 0.5 x max_ece) warns or"
+            " alerts in at most 5% of windows; no cohort at or below max_ece alerts in more than"
+            " 1%; a cohort at 2 x max_ece alerts in at least 90% of windows of 300 rows.",
+            status_section(results),
+        ),
+        (
+            "3. The review gate",
+            f"{args.reps:,} evaluation sets per cell, each judged by `evaluate_gate` with the"
+            " default gate policy on a registered contract with the identity calibrator (so the"
+            " model's true ECE is the scenario's). Targets: fail at most 5% at 0.5 x max_ece or"
+            " below with 500 or more rows; fail at least 95% at 2 x max_ece with 3,000 rows.",
+            gate_section(results),
+        ),
+        (
+            "4. Statuses over time",
+            f"{args.weeks:,} cohort-weeks per cell of a steady cohort streamed at 300 labels an"
+            " hour through 5-minute buckets, its 1h, 24h and 7d windows re-decided every 5"
+            " minutes (the detectors of `service/calibration/sequential.py` over each window's"
+            " blocks). Episodes are onsets of a status. Targets: at most one false alert a year"
+            " per cohort and window for calibrated cohorts and cohorts at 0.9 x max_ece; at most"
+            " one false warn episode a day for a calibrated fleet of 50 cohorts x 3 windows.",
+            time_section(results),
+        ),
+        (
+            "5. A step to 2 x max_ece",
+            f"{args.reps:,} cohorts per cell, calibrated for a day at 300 labels an hour, then at"
+            " 2 x max_ece: labels of the changed cohort until its first alert in any window."
+            " Targets: median within 1,000 labels, 95th percentile within 3,000.",
+            step_section(results),
+        ),
+        (
+            "6. Two-class models with a prevalence error",
+            "Two-class multiclass rows whose class-1 log-odds are shifted; the gate (identity"
+            " contract, fresh evaluation set) judges both the top-label and the positive-class"
+            " view. The true ECE is the positive-class view's.",
+            two_class_section(results),
+        ),
+        (
+            "7. What 300 rows can show",
+            "The power, at level 1%, of the most powerful test (Neyman-Pearson, normal"
+            " approximation) of a constant gap of max_ece against one of 2 x max_ece with the"
+            " gap's sign known, on 300 rows of each population's confidences: an upper bound on"
+            " any rule's alert rate at 2 x max_ece from a window of 300 rows.",
+            bound_section(),
+        ),
+        (
+            "8. Confidence shift (PSI) with no shift",
+            f"{args.reps:,} pairs per row from the same calibrated scenario.",
+            psi_section(results),
+        ),
     ]
+    text = INTRO.format(
+        args=" ".join(sys.argv[1:]) or "(defaults)",
+        seed=SEED,
+        machine=f"{platform.machine()}, {multiprocessing.cpu_count()} cores",
+        date=datetime.now(UTC).date().isoformat(),
+        commit=commit or "unknown",
+    )
+    for title, lead, lines in sections:
+        text += f"\n## {title}\n\n{lead}\n\n" + "\n".join(lines) + "\n"
+    return text
 
 
-def document(
-    results: dict[tuple[str, tuple[Any, ...]], Arrays],
-    reps: int,
-    peer_reps: int,
-    versions: dict[str, str | None],
-    kept: dict[str, str],
-) -> str:
-    """The whole Markdown file; ``kept`` sections (by table name) are copied, not computed."""
-    head = [
-        "# Simulated error rates of calmon's statistics",
-        "",
-        "Generated by `.venv/bin/python bench/bench_statistics.py --reps "
-        f"{reps} --peer-reps {peer_reps}`; edit the script, not this file. Every table runs on "
-        "data whose true calibration is known, the scenarios of "
-        "`service/calibration/simulation.py`: binary scores p ~ Beta(2, 5) with outcomes "
-        "drawn at sigmoid(a logit p), and multiclass K = 10 logits ~ N(0, 2.5^2) with labels "
-        "drawn from softmax(z / t), the distortion set for a true binned ECE (15 equal-width "
-        "bins) of 0, 0.02, 0.05 or 0.10. The ECE interval is that of "
-        "`service/calibration/ece_inference.py`: deterministic, computed from per-bin counts, "
-        "confidence sums and success counts by inverting the distribution of the plug-in ECE "
-        "(exact binomial and folded-normal cumulants, Cornish-Fisher quantiles). Table 1 is "
-        "that interval's coverage; table 2 the same for two open-source peers on the same "
-        "draws; table 3 the error rates of the drift status rule; table 4 those of the review "
-        f"gate; table 5 the confidence-shift statistic when nothing shifted. Repetitions: "
-        f"{reps:,} per cell, {peer_reps:,} for the peers. Seeds: every cell draws from its own "
-        "generator `numpy.random.default_rng([20260301, table, *cell])`, the cell given as "
-        "integers (task 0 = binary, 1 = multiclass; target ECEs in thousandths; row counts as "
-        "they are), so a cell's numbers do not depend on which other cells run. A share near "
-        f"0.95 from {reps:,} repetitions carries a Monte Carlo standard error of about "
-        f"{math.sqrt(0.95 * 0.05 / reps):.3f}, a share near 0.025 about "
-        f"{math.sqrt(0.025 * 0.975 / reps):.3f}.",
-        "",
-    ]
-    sections: dict[str, Callable[[], list[str]]] = {
-        "ece": lambda: ece_section(results, reps),
-        "peers": lambda: peer_section(results, peer_reps, versions),
-        "drift": lambda: drift_section(results, reps),
-        "gate": lambda: gate_section(results, reps),
-        "psi": lambda: psi_section(results, reps),
-    }
-    body: list[str] = []
-    for table, section in sections.items():
-        body += [kept[table]] if table in kept else section()
-    return "\n".join(head + body).rstrip() + "\n"
-
-
-def kept_sections(path: Path, tables: Sequence[str]) -> dict[str, str]:
-    """The sections of an earlier output for the tables not run now (``## N.`` headers)."""
-    if not path.exists():
-        return {}
-    text = path.read_text(encoding="utf-8")
-    parts = text.split("\n## ")[1:]
-    names = list(STREAMS)
-    out = {}
-    for part in parts:
-        number = int(part.split(".", 1)[0])
-        name = names[number - 1]
-        if name not in tables:
-            out[name] = ("## " + part).rstrip() + "\n"
-    return out
-
-
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--reps", type=int, default=1000, help="repetitions per cell")
-    parser.add_argument(
-        "--peer-reps", type=int, default=100, help="repetitions per cell for the peers"
-    )
-    parser.add_argument("--out", type=Path, default=Path("docs/statistics-tables.md"))
+    parser.add_argument("--reps", type=int, default=1000)
+    parser.add_argument("--tail-reps", type=int, default=4000)
+    parser.add_argument("--weeks", type=int, default=1000)
+    parser.add_argument("--out", default="docs/statistics-tables.md")
     parser.add_argument("--processes", type=int, default=2)
-    parser.add_argument(
-        "--tables",
-        default=",".join(STREAMS),
-        help=f"comma-separated tables to run ({', '.join(STREAMS)}); the others are kept from "
-        "the existing output",
-    )
-    args = parser.parse_args()
-    tables = [t for t in args.tables.split(",") if t]
-    unknown = set(tables) - set(STREAMS)
-    if unknown:
-        parser.error(f"unknown tables: {', '.join(sorted(unknown))}")
-    versions = _load_peers()
-    for name, version in versions.items():
-        if version is None:
-            print(f"note: {name} is not installed; its table is skipped", file=sys.stderr)
-    peer_reps = min(args.peer_reps, args.reps) if any(versions.values()) else 0
-    start = time.perf_counter()
-    kept = kept_sections(args.out, tables)
-    jobs = [job for job in jobs_of(args.reps, peer_reps) if job.table in tables]
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args(argv)
+    jobs = jobs_of(args.reps, args.tail_reps, args.weeks, args.quick)
     results = run_all(jobs, args.processes)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    text = document(results, args.reps, peer_reps, versions, kept)
-    args.out.write_text(text, encoding="utf-8")
-    minutes = (time.perf_counter() - start) / 60.0
-    print(f"wrote {args.out} in {minutes:.1f} min", file=sys.stderr)
+    Path(args.out).write_text(render(results, args))
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -301,6 +301,8 @@ def _fit(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         return 2
+    for warning in reply.get("warnings") or []:
+        print(f"warning: {warning}", file=sys.stderr)
     print(
         json.dumps(
             {

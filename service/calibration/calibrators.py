@@ -112,6 +112,32 @@ def check_bounds(calibrator: Calibrator) -> None:
             )
 
 
+#: A temperature within this relative distance of a bound sits on it (the fit stops there).
+BOUND_TOLERANCE = 1e-6
+
+
+def bound_warning(calibrator: Calibrator) -> str | None:
+    """Say why a calibrator is degenerate, or None: a temperature on a bound of the range the
+    fit searches is where the fit stopped, not an optimum (the fit set separates the classes,
+    so the loss kept falling as T -> 0.05; or its logits carry no signal, T -> 20)."""
+    if not isinstance(calibrator, TemperatureCalibrator):
+        return None
+    T = calibrator.temperature
+    if abs(T - MIN_TEMPERATURE) <= BOUND_TOLERANCE * MIN_TEMPERATURE:
+        return (
+            f"the temperature {T:g} sits on the lowest value the fit searches: the fit set "
+            "separates the classes, so the fit sharpened the probabilities as far as it could; "
+            "on new data such a calibrator is confidently wrong"
+        )
+    if abs(T - MAX_TEMPERATURE) <= BOUND_TOLERANCE * MAX_TEMPERATURE:
+        return (
+            f"the temperature {T:g} sits on the highest value the fit searches: the fit set's "
+            "logits carry almost no signal, so the fit flattened the probabilities as far as it "
+            "could"
+        )
+    return None
+
+
 _FIELDS: dict[str, tuple[str, ...]] = {
     "temperature": ("temperature",),
     "platt": ("slope", "intercept"),

@@ -1,24 +1,29 @@
-"""Drift of a window's reading against the contract's baseline reading, and the policy rule.
+"""Drift of a window's reading against the contract's baseline reading, and the status rule.
 
-The status is decided on evidence (``ece_inference``), never on the plug-in ECE. First match:
+The status is decided on evidence, never on the plug-in ECE. Two levels come from the policy
+and the baseline (``StatusLevels``): the **alert level** ``min(max_ece, U_b +
+max_ece_increase)`` and the **warn level** ``min(max_ece / 2, U_b + max_ece_increase / 2)``,
+``U_b`` the upper bound of the baseline's 95% ECE interval (an increase must survive the
+baseline's uncertainty too). Each level has a sequential e-detector (``sequential``) run over
+the window's buckets in time order. First match:
 
 1. ``insufficient_data``: fewer than ``min_labeled`` labeled rows (or none): never an alert.
-2. ``alert``: the window's 95% ECE interval lies above ``max_ece`` (lower bound > max_ece), or
-   its lower bound exceeds the baseline's upper bound by more than ``max_ece_increase`` (an
-   increase that survives both uncertainties).
-3. ``warn``: the window shows miscalibration (its test of "every bin is calibrated" has
-   p < ``WARN_P_VALUE``) and its debiased ECE exceeds ``max_ece``, or exceeds the baseline's
-   debiased ECE by more than ``max_ece_increase``.
-4. ``insufficient_data``: the window's interval reaches ``CANNOT_TELL_FACTOR`` x ``max_ece``:
-   the window cannot rule out a calibration error twice the tolerance, so "ok" would claim more
-   than the evidence shows.
+2. ``alert``: the alert detector shows the ECE above the alert level (it is tuned to catch twice
+   that level).
+3. ``warn``: the warn detector shows the ECE above the warn level (tuned to catch the alert
+   level; it crosses its threshold fastest for ECEs above the midpoint, 3/4 of max_ece).
+4. ``insufficient_data``: the window's 95% ECE interval reaches twice the alert level: it cannot
+   rule out an ECE twice the tolerance, so "ok" would claim more than the evidence shows.
 5. ``ok``.
 
-Error rates of this rule, measured by simulation, are in docs/calibration.md.
+A two-class multiclass model is judged in its positive-class view too (``Reading.positive_class``);
+either view's evidence raises a status. Error rates, per evaluation and over time, are in
+docs/statistics-tables.md.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Mapping, Sequence
@@ -28,17 +33,24 @@ from typing import Any
 import numpy as np
 from scipy.stats import chi2
 
-from service.calibration._checks import FloatArray, IntArray, float_array, non_negative_number
+from service.calibration._checks import FloatArray, float_array, non_negative_number
 from service.calibration.ece_inference import EceInference
 from service.calibration.errors import CalibrationInputError
 from service.calibration.readings import Reading, ReliabilityBin, bins_inference
 from service.calibration.refit import RefitEstimate
+from service.calibration.sequential import (
+    BinTables,
+    Detection,
+    DetectorDesign,
+    alert_design,
+    detect,
+    warn_design,
+)
 
 INSUFFICIENT_DATA = "insufficient_data"
 OK = "ok"
 WARN = "warn"
 ALERT = "alert"
-WARN_P_VALUE = 0.05
 CANNOT_TELL_FACTOR = 2.0
 PSI_EPSILON = 1e-4
 #: Adjacent bins are merged for the shift test until each expects this many rows of the
@@ -234,8 +246,8 @@ class DriftPolicy:
 class Drift:
     """Drift measures of a window against the baseline, with the status and its reasons.
 
-    ``ece_delta`` compares plug-in ECEs, ``ece_debiased_delta`` debiased ones; the status uses
-    the latter with both readings' intervals (module docstring).
+    ``ece_delta`` compares plug-in ECEs, ``ece_debiased_delta`` debiased ones; ``evidence`` is
+    what the status detectors found (``StatusDecision.evidence``).
     """
 
     ece_delta: float
@@ -247,6 +259,7 @@ class Drift:
     expected_accuracy: ExpectedAccuracy | None
     status: str
     reasons: tuple[str, ...]
+    evidence: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form (NaN becomes None, reasons a list)."""
@@ -269,6 +282,7 @@ class Drift:
             "expected_accuracy_ci": None if expected is None else [expected.lower, expected.upper],
             "status": self.status,
             "reasons": list(self.reasons),
+            "detectors": dict(self.evidence),
         }
 
 
@@ -297,6 +311,7 @@ def assess_drift(
     confidence_counts: Any = None,
     refit_temperature: RefitEstimate | None = None,
     expected_accuracy: ExpectedAccuracy | None = None,
+    views: Sequence[tuple[BinTables, int]] | None = None,
 ) -> Drift:
     """Compare a window reading with the baseline reading (same task and ``edges``).
 
@@ -304,6 +319,8 @@ def assess_drift(
     confidence bin (default: the labeled rows' bins); ``confidence_shift`` compares them with
     the baseline's. ``prevalence_shift`` is the total variation between the label
     distributions. ``refit_temperature`` and ``expected_accuracy`` are passed through.
+    ``views`` are the window's buckets in time order per view, each with its count of leading
+    lookback blocks (``sequential.detect``); without them the window is one block.
     """
     if window.task != baseline.task:
         raise CalibrationInputError("baseline", "window and baseline readings differ in task")
@@ -321,7 +338,10 @@ def assess_drift(
     if window.n and baseline.n:
         tv = total_variation(baseline.label_counts, window.label_counts)
     base_evidence = bins_inference(baseline.bins)
-    status, reasons = _status(window, base_evidence, policy)
+    levels = StatusLevels.of(policy, base_evidence)
+    decision = decide_status(
+        window, views if views is not None else window_views(window, edges), levels, policy
+    )
     return Drift(
         ece_delta=window.ece - baseline.ece,
         ece_debiased_delta=window.ece_debiased - base_evidence.debiased,
@@ -330,126 +350,171 @@ def assess_drift(
         confidence_shift=shift,
         prevalence_shift=tv,
         expected_accuracy=expected_accuracy,
-        status=status,
-        reasons=reasons,
+        status=decision.status,
+        reasons=decision.reasons,
+        evidence=decision.evidence(),
     )
 
 
 @dataclass(frozen=True)
-class StatusEvidence:
-    """What the status rule looks at, for S windows as (S,) arrays (see the module docstring).
+class StatusLevels:
+    """The ECE levels the status detectors test, from the policy and the baseline."""
 
-    ``labeled`` rows, the window's 95% ECE interval ``lower``/``upper``, its ``debiased`` ECE and
-    calibration-test ``p_value``.
-    """
+    alert: float
+    warn: float
+    baseline_upper: float
 
-    labeled: IntArray
-    lower: FloatArray
-    upper: FloatArray
-    debiased: FloatArray
-    p_value: FloatArray
+    @classmethod
+    def of(cls, policy: DriftPolicy, baseline: EceInference) -> StatusLevels:
+        """``alert = min(max_ece, U_b + increase)``, ``warn = min(max_ece, U_b + increase) / 2``
+        per part (``U_b`` the baseline's upper bound; ignored when the baseline is empty)."""
+        upper = baseline.upper
+        if not math.isfinite(upper):
+            return cls(policy.max_ece, 0.5 * policy.max_ece, _NAN)
+        return cls(
+            min(policy.max_ece, upper + policy.max_ece_increase),
+            min(0.5 * policy.max_ece, upper + 0.5 * policy.max_ece_increase),
+            upper,
+        )
+
+    @property
+    def alert_design(self) -> DetectorDesign:
+        return alert_design(self.alert)
+
+    @property
+    def warn_design(self) -> DetectorDesign:
+        return warn_design(self.warn, self.alert)
+
+    def describe(self, policy: DriftPolicy) -> str:
+        """Where the alert level comes from, for reasons."""
+        if math.isfinite(self.baseline_upper) and self.alert < policy.max_ece:
+            return (
+                f"the baseline's upper bound {self.baseline_upper:.4f} plus max_ece_increase "
+                f"{policy.max_ece_increase:.4f}"
+            )
+        return f"max_ece {policy.max_ece:.4f}"
+
+
+def window_views(reading: Reading, edges: Sequence[float]) -> list[tuple[BinTables, int]]:
+    """The reading's bins as a one-block detector input per view (no lookback): what the
+    status rule reads when a window comes without its buckets (a set of rows)."""
+    e = np.asarray(edges, dtype=np.float64)
+    views = [(_one_block(reading.bins, e, reading.task == "binary", _view_name(reading)), 0)]
+    if reading.positive_class is not None:
+        views.append((_one_block(reading.positive_class.bins, e, True, "positive-class"), 0))
+    return views
+
+
+def _view_name(reading: Reading) -> str:
+    return "positive" if reading.task == "binary" else "top-label"
+
+
+def _one_block(
+    bins: Sequence[ReliabilityBin], edges: FloatArray, confidence_view: bool, name: str
+) -> BinTables:
+    index = {lo: m for m, lo in enumerate(edges[:-1])}
+    M = len(edges) - 1
+    n, c, k = np.zeros((1, M)), np.zeros((1, M)), np.zeros((1, M))
+    for b in bins:
+        m = index.get(b.lo)
+        if m is None:
+            raise CalibrationInputError("bins", "bins do not match the edges")
+        n[0, m] = b.n
+        c[0, m] = b.mean_confidence * b.n
+        k[0, m] = round(b.accuracy * b.n)
+    return BinTables(n, c, k, edges, confidence_view, name)
 
 
 @dataclass(frozen=True)
-class StatusConditions:
-    """Each condition of the rule, (S,) booleans, and the status they decide (S,) strings."""
+class StatusDecision:
+    """A status, its reasons and the detectors' evidence behind it."""
 
-    no_rows: np.ndarray
-    too_few: np.ndarray
-    above_max: np.ndarray
-    increase_beyond_both: np.ndarray
-    shows_miscalibration: np.ndarray
-    debiased_above_max: np.ndarray
-    debiased_increase: np.ndarray
-    cannot_tell: np.ndarray
-    status: np.ndarray
+    status: str
+    reasons: tuple[str, ...]
+    levels: StatusLevels
+    alert: Detection | None
+    warn: Detection | None
+
+    def evidence(self) -> dict[str, Any]:
+        """The detectors' levels, values and thresholds (JSON)."""
+
+        def one(level: float, d: Detection | None) -> dict[str, Any]:
+            return {
+                "level": level,
+                "value": None if d is None else d.value,
+                "threshold": None if d is None else d.design.threshold,
+                "pattern": None if d is None else d.pattern,
+                "view": None if d is None else d.view,
+                "rows": None if d is None else d.rows,
+            }
+
+        return {
+            "alert": one(self.levels.alert, self.alert),
+            "warn": one(self.levels.warn, self.warn),
+        }
+
+
+def decide_status(
+    window: Reading,
+    views: Sequence[tuple[BinTables, int]],
+    levels: StatusLevels,
+    policy: DriftPolicy,
+) -> StatusDecision:
+    """The status of one window (module docstring), with its reasons and evidence."""
+    if window.n == 0:
+        return StatusDecision(
+            INSUFFICIENT_DATA, ("no labeled predictions in the window",), levels, None, None
+        )
+    if window.n < policy.min_labeled:
+        reason = (
+            f"{window.n} labeled predictions in the window, fewer than min_labeled "
+            f"{policy.min_labeled}"
+        )
+        return StatusDecision(INSUFFICIENT_DATA, (reason,), levels, None, None)
+    alert = detect(views, levels.alert_design)
+    warn = detect(views, levels.warn_design)
+    lower, upper = window.ece_ci
+    interval = f"the window's 95% ECE interval is [{lower:.4f}, {upper:.4f}]"
+    if alert.alarm:
+        reason = f"{alert.describe()}, the alert level ({levels.describe(policy)}); {interval}"
+        return StatusDecision(ALERT, (reason,), levels, alert, warn)
+    if warn.alarm:
+        reason = f"{warn.describe()}, the warn level; {interval}"
+        return StatusDecision(WARN, (reason,), levels, alert, warn)
+    if _cannot_tell(upper, window.positive_class, levels):
+        reason = (
+            f"{interval}: it still admits {CANNOT_TELL_FACTOR:g} x the alert level "
+            f"{levels.alert:.4f}, so the window cannot tell"
+        )
+        return StatusDecision(INSUFFICIENT_DATA, (reason,), levels, alert, warn)
+    return StatusDecision(OK, (), levels, alert, warn)
+
+
+def _cannot_tell(upper: float, view: Any, levels: StatusLevels) -> bool:
+    bound = CANNOT_TELL_FACTOR * levels.alert
+    if view is not None and view.ece_ci[1] >= bound:
+        return True
+    return bool(upper >= bound)
 
 
 def decide_statuses(
-    window: StatusEvidence, baseline: EceInference, policy: DriftPolicy
-) -> StatusConditions:
-    """The status rule over many windows at once: every condition, then the status."""
-    no_rows = window.labeled == 0
-    too_few = window.labeled < policy.min_labeled
-    above_max = window.lower > policy.max_ece
-    increase = window.lower - baseline.upper > policy.max_ece_increase
-    shows = window.p_value < WARN_P_VALUE
-    debiased_above = window.debiased > policy.max_ece
-    debiased_increase = window.debiased - baseline.debiased > policy.max_ece_increase
-    cannot_tell = window.upper >= CANNOT_TELL_FACTOR * policy.max_ece
-    status = np.select(
+    labeled: np.ndarray,
+    upper: FloatArray,
+    alert_values: FloatArray,
+    warn_values: FloatArray,
+    levels: StatusLevels,
+    policy: DriftPolicy,
+) -> np.ndarray:
+    """The status rule over S windows at once, from their labeled counts, interval upper bounds
+    and detector values (S,) (a history's steps)."""
+    too_few = (labeled == 0) | (labeled < policy.min_labeled)
+    return np.select(
         [
-            no_rows | too_few,
-            above_max | increase,
-            shows & (debiased_above | debiased_increase),
-            cannot_tell,
+            too_few,
+            alert_values >= levels.alert_design.threshold,
+            warn_values >= levels.warn_design.threshold,
+            upper >= CANNOT_TELL_FACTOR * levels.alert,
         ],
         [INSUFFICIENT_DATA, ALERT, WARN, INSUFFICIENT_DATA],
         default=OK,
     )
-    return StatusConditions(
-        no_rows,
-        too_few,
-        above_max,
-        increase,
-        shows,
-        debiased_above,
-        debiased_increase,
-        cannot_tell,
-        status,
-    )
-
-
-def _status(
-    window: Reading, baseline: EceInference, policy: DriftPolicy
-) -> tuple[str, tuple[str, ...]]:
-    lower, upper = window.ece_ci
-    evidence = StatusEvidence(
-        labeled=np.array([window.n]),
-        lower=np.array([lower]),
-        upper=np.array([upper]),
-        debiased=np.array([window.ece_debiased]),
-        p_value=np.array([window.calibration_p_value]),
-    )
-    c = decide_statuses(evidence, baseline, policy)
-    status = str(c.status[0])
-    if c.no_rows[0]:
-        return status, ("no labeled predictions in the window",)
-    if c.too_few[0]:
-        return status, (
-            f"{window.n} labeled predictions in the window, fewer than min_labeled "
-            f"{policy.min_labeled}",
-        )
-    reasons = []
-    if status == ALERT:
-        if c.above_max[0]:
-            reasons.append(
-                f"the ECE's 95% interval [{lower:.4f}, {upper:.4f}] lies above max_ece "
-                f"{policy.max_ece:.4f}"
-            )
-        if c.increase_beyond_both[0]:
-            reasons.append(
-                f"the ECE's 95% lower bound {lower:.4f} exceeds the baseline's upper bound "
-                f"{baseline.upper:.4f} by {lower - baseline.upper:.4f}, more than "
-                f"max_ece_increase {policy.max_ece_increase:.4f}"
-            )
-    elif status == WARN:
-        shown = f"(calibration test p = {window.calibration_p_value:.2g})"
-        if c.debiased_above_max[0]:
-            reasons.append(
-                f"debiased ECE {window.ece_debiased:.4f} exceeds max_ece {policy.max_ece:.4f} "
-                f"{shown}"
-            )
-        if c.debiased_increase[0]:
-            rise = window.ece_debiased - baseline.debiased
-            reasons.append(
-                f"debiased ECE {window.ece_debiased:.4f} is {rise:.4f} above the baseline's "
-                f"{baseline.debiased:.4f}, more than max_ece_increase "
-                f"{policy.max_ece_increase:.4f} {shown}"
-            )
-    elif status == INSUFFICIENT_DATA:
-        reasons.append(
-            f"the ECE's 95% interval [{lower:.4f}, {upper:.4f}] still admits "
-            f"{CANNOT_TELL_FACTOR:g} x max_ece: the window cannot tell"
-        )
-    return status, tuple(reasons)

@@ -1,76 +1,92 @@
-"""What per-bin statistics say about the true binned ECE: a debiased estimate, a 95% interval
-and a test of perfect calibration, from bin counts, confidence sums and success counts alone.
+"""What per-bin statistics say about the true binned ECE: a 95% interval, one-sided tests of
+"the ECE is at most tau", a test of perfect calibration and a bias-reduced estimate, from bin
+counts, confidence sums and success counts alone.
 
 Notation, per occupied bin m of M: ``n_m`` rows, mean confidence ``c_m``, observed frequency
 ``a_m``, gap ``d_m = c_m - a_m`` and weight ``w_m = n_m / N``. The plug-in ``ECE = sum w_m |d_m|``
-estimates the true binned ECE ``theta = sum w_m |delta_m|`` (``delta_m`` the bin's true gap
-between mean confidence and the probability of success) and is biased upward: noise in ``d_m``
-only ever adds to ``|d_m|``, by about ``0.8 sqrt(a_m (1 - a_m) / n_m)`` per bin at ``delta_m = 0``.
+estimates the true binned ECE ``theta = sum w_m |delta_m|`` (``delta_m = c_m - p_m``, ``p_m`` the
+bin's true probability of success). Write ``e_m = p_m - a_m`` for the bin's noise (mean 0).
 
-Everything here inverts one distribution: the plug-in ECE of a "world" in which bin m's
-successes are Binomial(n_m, c_m - delta_m) and the bin counts Multinomial(N, w). Its first three
-cumulants are exact sums over bins (the moments of ``|c_m - k / n_m|``: exact binomial sums for
-bins of at most 100 rows, folded-normal moments above) plus the first-order variance of the
-weights; a Cornish-Fisher expansion turns them into quantiles. Worlds are indexed by their true
-ECE theta, and each bound is found by a safeguarded regula falsi (Illinois) on the world's
-parameter, vectorised over many bin tables at once (``infer_ece_many``: a history of windows
-costs one pass, not one per window):
+**Two inequalities carry every bound.** For any configuration of true gaps,
 
-* ``shrunk`` worlds move each observed gap toward 0 by the same number of standard errors
-  (soft thresholding), keeping the bins whose gap stands out of the noise. They carry more
-  upward bias than most configurations with the same theta, so bounds read against them are
-  conservative from below. The **lower bound** is the smallest theta whose world puts the
-  observed ECE at or below its 98.75% quantile; ``debiased`` (median-unbiased) the theta whose
-  world has the observed ECE as its median.
-* ``spread`` worlds give every bin the same gap in standard errors, the configuration with the
-  least upward bias for a given theta. The **upper bound** is the largest theta whose world
-  puts the observed ECE at or above its 2.5% quantile (an observed ECE below the median of a
-  perfectly calibrated world counts as that median, so the bound never claims more precision
-  than a typical calibrated sample of the same size gives).
+* ``ECE - theta <= sum w_m |e_m|`` (triangle inequality): the plug-in exceeds the truth by at
+  most the *noise ECE*, whose distribution does not depend on the gaps. A lower bound
+  ``ECE - q`` with ``q`` the noise ECE's upper quantile is therefore valid whatever the gaps.
+* ``ECE - theta >= sum w_m s_m e_m`` with ``s_m = sign(delta_m)`` (``|d_m| >= s_m d_m``): the
+  plug-in falls below the truth by at most a signed sum of noise, whose variance
+  ``sum w_m^2 p_m (1 - p_m) / n_m`` does not depend on the signs. ``ECE + z sd`` is a valid
+  upper bound.
 
-The ECE is at least the calibration-in-the-large gap ``|sum w_m d_m|`` (one bin, no folding
-bias), so the lower bound is the larger of the two bounds, each at half the error (98.75%).
-``p_value`` tests perfect calibration (every ``delta_m = 0``), Bonferroni over the same two
-statistics. Coverage of the interval, by simulation, is in docs/calibration.md. No random
-numbers: the same statistics always give the same answer.
+The calibration-in-the-large gap ``gap = sum w_m d_m`` is a second, sharper witness when the
+gaps share a sign: ``theta >= |sum w_m delta_m| >= |gap| - |sum w_m e_m|``. The lower bound at
+one-sided level ``1 - alpha`` is the larger of the two witnesses, each at ``alpha / 2``
+(Bonferroni); for the two-sided 95% interval ``alpha = 0.025`` on each side.
+
+The noise is Binomial(n_m, p_m) per bin. ``p_m`` is unknown; the noise model takes, per bin, the
+value between ``c_m`` and ``a_m`` nearest 1/2 (the larger variance; at perfect calibration
+``p_m = c_m``), and for the upper bound the value nearest 1/2 between ``c_m`` and the 68% Wilson
+interval of ``a_m`` (a plug-in variance would shrink exactly when a bin's count falls short,
+the event the upper bound guards against). The noise ECE's mean, variance and third cumulant
+are exact sums over bins: exact binomial sums where a bin's binomial has at most ``SPAN``
+plausible counts, folded-normal moments above. Its tail is that of a shifted gamma distribution
+with the same three cumulants (normal when the skewness vanishes): monotone, with exact
+inverses, so every bound and its test agree. The gap's noise is handled the same way, one tail
+at a time. Sampling weights add ``(sum w_m d_m^2 - ECE^2) / N`` to each variance (the population
+ECE weighs bins by their population shares, not by this sample's).
+
+``p_value`` tests perfect calibration and is dual to the interval: ``p < 0.05`` exactly when the
+95% interval's lower bound exceeds 0. ``exceedance_p_value(tau)`` is the one-sided p-value of
+"theta <= tau", dual to ``lower_bound``: ``p < alpha`` exactly when ``lower_bound(alpha) > tau``.
+
+``debiased`` is a bias-reduced point estimate, kept inside the interval: the true ECE of the
+"shrunk" world (every observed gap cut toward 0 by the same number of standard errors) that has
+the observed ECE as its median, or the median-unbiased estimate of the in-the-large gap if that
+is larger. It removes most of the plug-in's upward bias but is not median-unbiased for every
+configuration of gaps; its bias by data shape is tabulated in docs/statistics-tables.md.
+
+No random numbers: the same statistics always give the same answer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
-from scipy.special import gammaln, ndtr, ndtri
+from scipy.special import gammainc, gammaincc, gammainccinv, gammaincinv, gammaln, ndtr, ndtri
 
 from service.calibration._checks import FloatArray, IntArray
 from service.calibration.errors import CalibrationInputError
 
 LEVEL = 0.95
-#: Bins with at most this many rows use exact binomial moments, larger ones the normal limit.
+#: A bin's noise moments are exact binomial sums when its binomial has at most this many counts
+#: within 9 standard deviations of its mean; folded-normal moments otherwise.
+SPAN = 160
+#: Half-width, in standard errors, of the Wilson interval the upper bound's variance comes from.
+UPPER_VARIANCE_Z = 1.0
+#: Below this |skewness| the tails are normal (the gamma's shape would exceed 4e6).
+_NORMAL_SKEW = 1e-3
+#: Bins with at most this many rows use exact binomial moments in the debiased estimate.
 EXACT_ROWS = 100
-#: Exact sums are grouped by bin size so a 5-row bin sums 6 terms, not 101.
 _TIERS = (12, 35, EXACT_ROWS)
 _TINY = 1e-12
 #: Mean confidences are rounded to this many decimals first, so the answer does not depend on
 #: the order in which rows (or buckets) were summed.
 _MEAN_DIGITS = 10
-#: Skewness is clipped to +-1 so the Cornish-Fisher quantile stays increasing for |z| <= 3.
 _MAX_SKEW = 1.0
-#: The root finder stops when the world's parameter is known to this fraction of its range.
 _TOLERANCE = 1e-10
 _MAX_STEPS = 60
-_NAN = float("nan")
 
 
 @dataclass(frozen=True)
 class EceInference:
-    """The plug-in ECE, what it says about the true binned ECE, and a calibration test.
+    """The plug-in ECE, what it says about the true binned ECE, and the tests.
 
     ``gap`` is the signed calibration-in-the-large ``sum w_m d_m`` (mean confidence minus mean
-    success: > 0 over-confident). ``p_value`` is the p-value of "every bin is calibrated".
-    All NaN when there are no rows.
+    success: > 0 over-confident); ``p_value`` tests "every bin is calibrated". The remaining
+    fields describe the noise (module docstring): the noise ECE's mean, variance and third
+    cumulant, the variance and third cumulant of the in-the-large gap's noise ``sum w_m e_m``,
+    and the variance of the signed noise behind the upper bound. All NaN without rows.
     """
 
     ece: float
@@ -79,11 +95,25 @@ class EceInference:
     upper: float
     gap: float
     p_value: float
+    noise_mean: float
+    noise_variance: float
+    noise_third: float
+    gap_variance: float
+    gap_third: float
+    signed_variance: float
 
     @property
     def interval(self) -> tuple[float, float]:
-        """``(lower, upper)``."""
+        """``(lower, upper)``, the two-sided 95% interval."""
         return (self.lower, self.upper)
+
+    def exceedance_p_value(self, tau: float) -> float:
+        """One-sided p-value of "the true ECE is at most ``tau``" (small: evidence it is above)."""
+        return float(_Noise.of(self).exceedance_p_value(np.array([tau]))[0])
+
+    def lower_bound(self, alpha: float) -> float:
+        """One-sided ``1 - alpha`` lower confidence bound of the true ECE (>= 0)."""
+        return float(_Noise.of(self).lower_bound(alpha)[0])
 
 
 @dataclass(frozen=True)
@@ -96,16 +126,23 @@ class EceInferences:
     upper: FloatArray
     gap: FloatArray
     p_value: FloatArray
+    noise_mean: FloatArray
+    noise_variance: FloatArray
+    noise_third: FloatArray
+    gap_variance: FloatArray
+    gap_third: FloatArray
+    signed_variance: FloatArray
 
     def __getitem__(self, i: int) -> EceInference:
-        return EceInference(
-            float(self.ece[i]),
-            float(self.debiased[i]),
-            float(self.lower[i]),
-            float(self.upper[i]),
-            float(self.gap[i]),
-            float(self.p_value[i]),
-        )
+        return EceInference(*(float(getattr(self, f.name)[i]) for f in fields(self)))
+
+    def exceedance_p_value(self, tau: Any) -> FloatArray:
+        """(S,) one-sided p-values of "the true ECE is at most ``tau``" (scalar or (S,))."""
+        return _Noise.of(self).exceedance_p_value(np.broadcast_to(tau, self.ece.shape))
+
+    def lower_bound(self, alpha: float) -> FloatArray:
+        """(S,) one-sided ``1 - alpha`` lower confidence bounds."""
+        return _Noise.of(self).lower_bound(alpha)
 
 
 def infer_ece(
@@ -128,17 +165,209 @@ def infer_ece_many(
         raise CalibrationInputError("level", "must lie strictly between 0.5 and 1")
     if n.shape[1] == 0:
         nan = np.full(n.shape[0], np.nan)
-        return EceInferences(nan, nan, nan, nan, nan, nan)
-    return _Evidence(n, c, k).infer(1.0 - level)
+        return EceInferences(*([nan] * len(fields(EceInferences))))
+    return _infer(*_occupied_first(n, c, k), alpha=(1.0 - level) / 2.0)
+
+
+@dataclass(frozen=True)
+class _Noise:
+    """The observed ECE and gap with the cumulants of their noise; (S,) arrays."""
+
+    ece: FloatArray
+    gap: FloatArray
+    mean: FloatArray
+    variance: FloatArray
+    third: FloatArray
+    gap_variance: FloatArray
+    gap_third: FloatArray
+
+    @classmethod
+    def of(cls, inference: EceInference | EceInferences) -> _Noise:
+        def array(name: str) -> FloatArray:
+            return np.atleast_1d(np.asarray(getattr(inference, name), dtype=np.float64))
+
+        return cls(
+            array("ece"),
+            array("gap"),
+            array("noise_mean"),
+            array("noise_variance"),
+            array("noise_third"),
+            array("gap_variance"),
+            array("gap_third"),
+        )
+
+    def _gap_third(self) -> FloatArray:
+        """Third cumulant of the noise on the gap's own side (its upper tail is the one read)."""
+        return np.where(self.gap >= 0.0, self.gap_third, -self.gap_third)
+
+    def exceedance_p_value(self, tau: FloatArray) -> FloatArray:
+        abs_tail = upper_tail(self.ece - tau, self.mean, self.variance, self.third)
+        side_tail = upper_tail(np.abs(self.gap) - tau, 0.0, self.gap_variance, self._gap_third())
+        p = np.minimum(1.0, 2.0 * np.minimum(abs_tail, 2.0 * side_tail))
+        return np.where(np.isnan(self.ece), np.nan, p)
+
+    def lower_bound(self, alpha: float) -> FloatArray:
+        if not 0.0 < alpha < 1.0:
+            raise CalibrationInputError("alpha", "must lie strictly between 0 and 1")
+        by_abs = self.ece - upper_quantile(alpha / 2.0, self.mean, self.variance, self.third)
+        by_gap = np.abs(self.gap) - upper_quantile(
+            alpha / 4.0, 0.0, self.gap_variance, self._gap_third()
+        )
+        bound = np.maximum(0.0, np.maximum(by_abs, by_gap))
+        # Exactly dual to exceedance_p_value at tau = 0, even where rounding would split them.
+        shown = self.exceedance_p_value(np.zeros_like(self.ece)) < alpha
+        return np.where(shown, np.maximum(bound, np.nextafter(0.0, 1.0)), 0.0)
+
+
+def upper_tail(x: Any, mean: Any, variance: Any, third: Any) -> FloatArray:
+    """``P(X >= x)`` for X with the given mean, variance and third cumulant (arrays broadcast).
+
+    X is a shifted gamma variable with those cumulants (mirrored for negative skewness; normal
+    when ``|skewness| < 1e-3``); a zero variance is a point mass at the mean.
+    """
+    x, mean, variance, third = np.broadcast_arrays(
+        *(np.asarray(v, dtype=np.float64) for v in (x, mean, variance, third))
+    )
+    sd = np.sqrt(np.maximum(variance, 0.0))
+    noisy = sd > 0.0
+    safe_sd = np.where(noisy, sd, 1.0)
+    t = (x - mean) / safe_sd
+    skew = np.where(noisy, third / safe_sd**3, 0.0)
+    tail = ndtr(-t)
+    right, left = skew >= _NORMAL_SKEW, skew <= -_NORMAL_SKEW
+    shape = 4.0 / np.where(right | left, skew, 1.0) ** 2
+    root = np.sqrt(shape)
+    up = shape + t * root
+    tail = np.where(right, np.where(up <= 0.0, 1.0, gammaincc(shape, np.maximum(up, 0.0))), tail)
+    down = shape - t * root
+    tail = np.where(left, np.where(down <= 0.0, 0.0, gammainc(shape, np.maximum(down, 0.0))), tail)
+    return np.where(noisy, tail, np.where(x <= mean, 1.0, 0.0))
+
+
+def upper_quantile(probability: Any, mean: Any, variance: Any, third: Any) -> FloatArray:
+    """The x with ``upper_tail(x, ...) = probability`` (the inverse of ``upper_tail``)."""
+    p, mean, variance, third = np.broadcast_arrays(
+        *(np.asarray(v, dtype=np.float64) for v in (probability, mean, variance, third))
+    )
+    sd = np.sqrt(np.maximum(variance, 0.0))
+    noisy = sd > 0.0
+    skew = np.where(noisy, third / np.where(noisy, sd, 1.0) ** 3, 0.0)
+    right, left = skew >= _NORMAL_SKEW, skew <= -_NORMAL_SKEW
+    shape = 4.0 / np.where(right | left, skew, 1.0) ** 2
+    root = np.sqrt(shape)
+    z = -ndtri(p)
+    z = np.where(right, (gammainccinv(shape, p) - shape) / root, z)
+    z = np.where(left, (shape - gammaincinv(shape, p)) / root, z)
+    return mean + sd * z
+
+
+def _infer(n: FloatArray, c: FloatArray, k: FloatArray, alpha: float) -> EceInferences:
+    occupied = n > 0
+    safe = np.where(occupied, n, 1.0)
+    a = np.where(occupied, k / safe, 0.0)
+    N = n.sum(axis=1)
+    empty = N == 0
+    total = np.where(empty, 1.0, N)
+    w = n / total[:, None]
+    d = np.where(occupied, c - a, 0.0)
+    ece = (w * np.abs(d)).sum(axis=1)
+    gap = (w * d).sum(axis=1)
+    weight_variance = np.maximum((w * d * d).sum(axis=1) - ece**2, 0.0) / total
+    gap_weight_variance = np.maximum((w * d * d).sum(axis=1) - gap**2, 0.0) / total
+
+    p = np.where(occupied, np.clip(0.5, np.minimum(c, a), np.maximum(c, a)), 0.5)
+    m1, m2, m3 = np.zeros_like(n), np.zeros_like(n), np.zeros_like(n)
+    rows, cols = np.nonzero(occupied)
+    m1[rows, cols], m2[rows, cols], m3[rows, cols] = noise_moments(p[rows, cols], n[rows, cols])
+    variance = p * (1.0 - p)
+    upper_p = np.where(occupied, _upper_variance_point(c, k, safe), 0.5)
+    noise = _Noise(
+        ece=ece,
+        gap=gap,
+        mean=(w * m1).sum(axis=1),
+        variance=(w * w * np.maximum(m2 - m1 * m1, 0.0)).sum(axis=1) + weight_variance,
+        third=(w**3 * (m3 - 3.0 * m1 * m2 + 2.0 * m1**3)).sum(axis=1),
+        gap_variance=(n * variance).sum(axis=1) / total**2 + gap_weight_variance,
+        gap_third=-(n * variance * (1.0 - 2.0 * p)).sum(axis=1) / total**3,
+    )
+    signed_variance = (w * w * upper_p * (1.0 - upper_p) / safe).sum(axis=1) + weight_variance
+    lower = noise.lower_bound(alpha)
+    upper = np.minimum(1.0, ece - ndtri(alpha) * np.sqrt(signed_variance))
+    p_value = np.minimum(1.0, 2.0 * noise.exceedance_p_value(np.zeros_like(ece)))
+    debiased = np.clip(_debiased(n, c, k, ece, gap, empty), lower, upper)
+    nan = np.where(empty, np.nan, 0.0)
+    return EceInferences(
+        ece=ece + nan,
+        debiased=debiased + nan,
+        lower=lower + nan,
+        upper=upper + nan,
+        gap=gap + nan,
+        p_value=p_value + nan,
+        noise_mean=noise.mean + nan,
+        noise_variance=noise.variance + nan,
+        noise_third=noise.third + nan,
+        gap_variance=noise.gap_variance + nan,
+        gap_third=noise.gap_third + nan,
+        signed_variance=signed_variance + nan,
+    )
+
+
+def _upper_variance_point(c: FloatArray, k: FloatArray, n: FloatArray) -> FloatArray:
+    """Per bin, the success probability nearest 1/2 between ``c`` and the Wilson interval of
+    ``k / n`` at ``UPPER_VARIANCE_Z`` standard errors."""
+    z2 = UPPER_VARIANCE_Z**2
+    centre = (k + z2 / 2.0) / (n + z2)
+    half = UPPER_VARIANCE_Z / (n + z2) * np.sqrt(np.maximum(k * (n - k) / n, 0.0) + z2 / 4.0)
+    return np.clip(0.5, np.minimum(c, centre - half), np.maximum(c, centre + half))
+
+
+def noise_moments(p: FloatArray, n: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """``E|D|, E D^2, E|D|^3`` of ``D = p - K / n`` with ``K ~ Binomial(n, p)``; (B,) arrays.
+
+    Exact sums over every count within 9 standard deviations of the mean when there are at
+    most ``SPAN`` of them (small bins, and large bins with p near 0 or 1); otherwise the
+    moments of the normal limit ``N(0, p (1 - p) / n)``.
+    """
+    sd = np.sqrt(p * (1.0 - p) / n)
+    m1 = sd * np.sqrt(2.0 / np.pi)
+    m2 = sd * sd
+    m3 = 2.0 * np.sqrt(2.0 / np.pi) * sd**3
+    mean, spread = n * p, np.sqrt(n * p * (1.0 - p))
+    first = np.maximum(0.0, np.floor(mean - 9.0 * spread - 2.0))
+    last = np.minimum(n, np.ceil(mean + 9.0 * spread + 2.0))
+    exact = np.flatnonzero(last - first + 1.0 <= SPAN)
+    if exact.size:
+        size, q = n[exact, None], p[exact, None]
+        count = first[exact, None] + np.arange(SPAN, dtype=np.float64)[None, :]
+        inside = count <= size
+        count = np.where(inside, count, 0.0)
+        safe_q = np.clip(q, 1e-300, 1.0 - 1e-16)
+        log_pmf = (
+            gammaln(size + 1.0)
+            - gammaln(count + 1.0)
+            - gammaln(size - count + 1.0)
+            + count * np.log(safe_q)
+            + (size - count) * np.log1p(-safe_q)
+        )
+        pmf = np.where(inside & (q > 0.0) & (q < 1.0), np.exp(log_pmf), 0.0)
+        certain = np.flatnonzero((q[:, 0] <= 0.0) | (q[:, 0] >= 1.0))
+        if certain.size:
+            at = np.where(q[certain, 0] >= 1.0, size[certain, 0] - first[exact][certain], 0.0)
+            pmf[certain, at.astype(np.int64)] = 1.0
+        dev = np.abs(q - count / size)
+        m1[exact] = (pmf * dev).sum(axis=1)
+        m2[exact] = (pmf * dev * dev).sum(axis=1)
+        m3[exact] = (pmf * dev**3).sum(axis=1)
+    return m1, m2, m3
 
 
 def _occupied_first(
     n: FloatArray, c: FloatArray, k: FloatArray
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
     """The tables cut to as many bins as the fullest one occupies: each row's occupied bins
-    first, in their order, then empty ones (n = c = k = 0). An empty bin weighs nothing in any
-    world, so every table's evidence is unchanged; sparse tables (short windows, a history's
-    steps) cost the inference only the bins they use."""
+    first, in their order, then empty ones (n = c = k = 0). An empty bin weighs nothing, so
+    every table's evidence is unchanged; sparse tables (short windows, a history's steps) cost
+    the inference only the bins they use."""
     occupied = n > 0
     width = max(int(occupied.sum(axis=1).max()), 1)
     if width == n.shape[1]:
@@ -174,146 +403,72 @@ def _bin_arrays(counts: Any, sums: Any, successes: Any) -> tuple[FloatArray, ...
     return n, mean.astype(np.float64), k
 
 
-class _Evidence:
-    """S observed bin tables and the distribution of their plug-in ECE in any world.
-
-    Three problems per table are solved side by side, stacked along the first axis: the
-    shrunk world at the lower bound's quantile, the shrunk world at the median, and the spread
-    world at the upper bound's quantile.
-    """
-
-    def __init__(self, n: FloatArray, c: FloatArray, k: FloatArray) -> None:
-        self.S = n.shape[0]
-        self.has_empty_bin = (n == 0).any(axis=1)
-        n, c, k = _occupied_first(n, c, k)
-        occupied = n > 0
-        safe = np.where(occupied, n, 1.0)
-        a = np.where(occupied, k / safe, 0.0)
-        self.N = n.sum(axis=1)
-        self.empty = self.N == 0
-        total = np.where(self.empty, 1.0, self.N)
-        self.n, self.c, self.w = n, c, n / total[:, None]
-        self.d = np.where(occupied, c - a, 0.0)
-        self.ece = (self.w * np.abs(self.d)).sum(axis=1)
-        self.gap = (self.w * self.d).sum(axis=1)
-        spread = np.maximum(c * (1.0 - c), a * (1.0 - a))
-        self.noise = np.where(occupied, np.sqrt((spread + 1.0 / safe) / safe), 1.0)
-        self.gap_sd = np.sqrt((n * spread).sum(axis=1)) / total
-        self.null_gap_sd = np.sqrt((n * c * (1.0 - c)).sum(axis=1)) / total
-        self.total = total
-
-    def infer(self, alpha: float) -> EceInferences:
-        S = self.S
-        z = np.concatenate(
-            [
-                np.full(S, float(ndtri(1.0 - alpha / 4.0))),
-                np.zeros(S),
-                np.full(S, -float(ndtri(1.0 - alpha / 2.0))),
-            ]
-        )
-        theta = _Problems(self, z).solve()
-        shrunk_lower, shrunk_median, spread_upper = theta[:S], theta[S : 2 * S], theta[2 * S :]
-        in_the_large = np.maximum(
-            0.0, np.abs(self.gap) - float(ndtri(1.0 - alpha / 8.0)) * self.gap_sd
-        )
-        debiased = np.maximum(shrunk_median, _folded_median_inverse(np.abs(self.gap), self.gap_sd))
-        nan = np.where(self.empty, np.nan, 0.0)
-        return EceInferences(
-            ece=self.ece + nan,
-            debiased=debiased + nan,
-            lower=np.maximum(shrunk_lower, in_the_large) + nan,
-            upper=np.maximum(spread_upper, debiased) + nan,
-            gap=self.gap + nan,
-            p_value=self._calibration_p_value() + nan,
-        )
-
-    def _calibration_p_value(self) -> FloatArray:
-        mean, var, third = _cumulants(
-            _Moments(self.c, self.n), self.c, self.w, self.total, np.zeros_like(self.c)
-        )
-        sd = np.sqrt(var)
-        shows = sd > _TINY
-        x = np.divide(self.ece - mean, sd, out=np.zeros_like(sd), where=shows)
-        skew = np.clip(
-            np.divide(third, sd**3, out=np.zeros_like(sd), where=shows), -_MAX_SKEW, _MAX_SKEW
-        )
-        fine = np.where(
-            shows, ndtr(-(x - (x * x - 1.0) * skew / 6.0)), np.where(self.ece <= mean, 1.0, 0.0)
-        )
-        noisy = self.null_gap_sd > 0.0
-        coarse = np.where(
-            noisy,
-            2.0 * ndtr(-np.abs(self.gap) / np.where(noisy, self.null_gap_sd, 1.0)),
-            np.where(self.gap == 0.0, 1.0, 0.0),
-        )
-        return np.minimum(1.0, 2.0 * np.minimum(fine, coarse))
+# --- the bias-reduced estimate -------------------------------------------------------------
 
 
-class _Problems:
-    """3S root-finding problems: the world parameter t where the z-quantile meets the target.
+def _debiased(
+    n: FloatArray, c: FloatArray, k: FloatArray, ece: FloatArray, gap: FloatArray, empty: Any
+) -> FloatArray:
+    """The larger of the shrunk world's median-matching ECE and the in-the-large estimate."""
+    occupied = n > 0
+    safe = np.where(occupied, n, 1.0)
+    a = np.where(occupied, k / safe, 0.0)
+    total = np.where(empty, 1.0, n.sum(axis=1))
+    w = n / total[:, None]
+    d = np.where(occupied, c - a, 0.0)
+    spread = np.maximum(c * (1.0 - c), a * (1.0 - a))
+    noise = np.where(occupied, np.sqrt((spread + 1.0 / safe) / safe), 1.0)
+    gap_sd = np.sqrt((n * spread).sum(axis=1)) / total
+    shrunk = _ShrunkMedian(n, c, w, d, noise, total, ece).solve()
+    return np.maximum(shrunk, _folded_median_inverse(np.abs(gap), gap_sd))
 
-    Shrunk worlds (t = standard errors cut from every gap) lose ECE as t grows, so their
-    quantile falls; the answer is the largest t whose quantile still reaches the observed ECE.
-    Spread worlds (t = a gap of t standard errors in every bin) gain ECE as t grows; the answer
-    is the largest t whose quantile stays at or below the target (the observed ECE, or the
-    median of the calibrated world when that is larger).
-    """
 
-    def __init__(self, evidence: _Evidence, z: FloatArray) -> None:
-        e = evidence
-        stack: Callable[[FloatArray], FloatArray] = lambda x: np.concatenate([x, x, x])  # noqa: E731
-        self.c, self.w, self.total = stack(e.c), stack(e.w), stack(e.total)
-        self.d, self.noise, self.z = stack(e.d), stack(e.noise), z
-        self.moments = _Moments(self.c, stack(e.n))
-        self.shrunk = np.arange(3 * e.S) < 2 * e.S
-        d = self.d
-        toward_room = np.where(self.c >= 0.5, 1.0, -1.0)
-        self.sign = np.where(d > 0.0, 1.0, np.where(d < 0.0, -1.0, toward_room))
-        self.t_max = np.where(
-            self.shrunk,
-            (np.abs(d) / self.noise).max(axis=1),
-            np.maximum(
-                (np.maximum(self.c, 1.0 - self.c) / self.noise).max(axis=1),
-                np.where(stack(e.has_empty_bin), 1.0, 0.0),
-            ),
-        )
-        observed = stack(e.ece)
-        everything = np.arange(3 * e.S)
-        median = self.quantile(np.zeros(3 * e.S), np.zeros(3 * e.S), everything)
-        self.target = np.where(self.shrunk, observed, np.maximum(observed, median))
+class _ShrunkMedian:
+    """Per table, the shrunk world (every gap cut by t standard errors) whose plug-in ECE has
+    the observed ECE as its median; the world's mean, variance and skewness are exact sums and
+    its median the Cornish-Fisher one. Illinois regula falsi on t, vectorised over tables."""
+
+    def __init__(
+        self,
+        n: FloatArray,
+        c: FloatArray,
+        w: FloatArray,
+        d: FloatArray,
+        noise: FloatArray,
+        total: FloatArray,
+        ece: FloatArray,
+    ) -> None:
+        self.c, self.w, self.d, self.noise, self.total = c, w, d, noise, total
+        self.moments = _Moments(c, n)
+        self.target = ece
+        self.t_max = (np.abs(d) / noise).max(axis=1)
 
     def worlds(self, t: FloatArray, rows: IntArray) -> tuple[FloatArray, FloatArray]:
-        """The gaps (R, M) of problems ``rows`` at parameters ``t`` (R,), and their true ECEs."""
+        """The gaps (R, M) of tables ``rows`` at parameters ``t`` (R,), and their true ECEs."""
         c, d, noise = self.c[rows], self.d[rows], self.noise[rows]
-        cut = np.maximum(np.abs(d) - t[:, None] * noise, 0.0)
-        delta = np.where(
-            self.shrunk[rows][:, None], np.sign(d) * cut, self.sign[rows] * t[:, None] * noise
-        )
+        delta = np.sign(d) * np.maximum(np.abs(d) - t[:, None] * noise, 0.0)
         p = np.clip(c - delta, 0.0, 1.0)
         return delta, (np.abs(c - p) * self.w[rows]).sum(axis=1)
 
-    def quantile(self, t: FloatArray, z: FloatArray, rows: IntArray) -> FloatArray:
-        """Cornish-Fisher z-quantiles of the plug-in ECE in the worlds at ``t``."""
+    def median(self, t: FloatArray, rows: IntArray) -> FloatArray:
         delta, _ = self.worlds(t, rows)
         mean, var, third = _cumulants(
             self.moments, self.c[rows], self.w[rows], self.total[rows], delta, rows
         )
         sd = np.sqrt(var)
         skew = np.divide(third, sd**3, out=np.zeros_like(sd), where=sd > _TINY)
-        return mean + sd * (z + (z * z - 1.0) * np.clip(skew, -_MAX_SKEW, _MAX_SKEW) / 6.0)
+        return mean - sd * np.clip(skew, -_MAX_SKEW, _MAX_SKEW) / 6.0
 
     def solve(self) -> FloatArray:
-        """The true ECE of each problem's answer world (Illinois regula falsi on t)."""
-        n = self.t_max.size
-        everything = np.arange(n)
-        flip = np.where(self.shrunk, -1.0, 1.0)
+        size = self.t_max.size
+        everything = np.arange(size)
 
         def excess(t: FloatArray, rows: IntArray) -> FloatArray:
-            return flip[rows] * (self.quantile(t, self.z[rows], rows) - self.target[rows])
+            return self.target[rows] - self.median(t, rows)
 
-        lo, hi = np.zeros(n), self.t_max.copy()
+        lo, hi = np.zeros(size), self.t_max.copy()
         f_lo, f_hi = excess(lo, everything), excess(hi, everything)
-        kept_lower = np.zeros(n, dtype=bool)
+        kept_lower = np.zeros(size, dtype=bool)
         for _ in range(_MAX_STEPS):
             rows = np.flatnonzero((hi - lo > _TOLERANCE * self.t_max) & (f_lo <= 0.0) & (f_hi > 0))
             if not rows.size:
@@ -329,12 +484,9 @@ class _Problems:
             f_hi[rows] = np.where(lower, np.where(again, 0.5 * fb, fb), fx)
             kept_lower[rows] = lower
         theta = self.worlds(lo, everything)[1]
-        end = self.worlds(hi, everything)[1]
-        reached_end = f_hi <= 0.0
-        theta = np.where(reached_end, end, theta)
-        start_above = f_lo > 0.0
-        theta = np.where(start_above, self.worlds(np.zeros(n), everything)[1], theta)
-        return np.where(self.shrunk & (self.t_max == 0.0), 0.0, theta)
+        theta = np.where(f_hi <= 0.0, self.worlds(hi, everything)[1], theta)
+        theta = np.where(f_lo > 0.0, self.worlds(np.zeros(size), everything)[1], theta)
+        return np.where(self.t_max == 0.0, 0.0, theta)
 
 
 def _cumulants(
@@ -373,8 +525,7 @@ def _absolute_moments(c: FloatArray, p: FloatArray, n: FloatArray) -> tuple[Floa
     """E|D|, E D^2, E|D|^3 of ``D = c - k / n`` with k ~ Binomial(n, p); (G, M) arrays.
 
     ``c`` and ``n`` are (M,); ``p`` (G, M). Exact sums over k for bins of at most
-    ``EXACT_ROWS`` rows; folded-normal moments of N(c - p, p (1 - p) / n) above (the normal
-    limit of the binomial).
+    ``EXACT_ROWS`` rows; folded-normal moments of N(c - p, p (1 - p) / n) above.
     """
     p = np.atleast_2d(p)
     rows = p.shape[0]

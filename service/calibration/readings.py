@@ -22,6 +22,7 @@ import numpy as np
 from scipy.stats import rankdata
 
 from service.calibration._checks import (
+    FloatArray,
     class_labels,
     finite_number,
     logit_matrix,
@@ -80,6 +81,51 @@ class ReliabilityBin:
 
 
 @dataclass(frozen=True)
+class PositiveClassView:
+    """The positive-class reliability diagram of a two-class multiclass model: class 1's
+    probability binned against ``1{y = 1}``, the view a binary model is read in. The top-label
+    diagram folds it at 1/2, where a prevalence error's gaps above and below cancel.
+
+    ``ece`` is its plug-in ECE; ``ece_debiased``, ``ece_ci`` and ``calibration_p_value`` its
+    inference (``ece_inference``); ``bins`` its non-empty bins.
+    """
+
+    ece: float
+    ece_debiased: float
+    ece_ci: tuple[float, float]
+    calibration_p_value: float
+    bins: tuple[ReliabilityBin, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return ``{"ece", "ece_debiased", "ece_ci", "calibration_p_value", "bins"}``."""
+        return {
+            "ece": _json(self.ece),
+            "ece_debiased": _json(self.ece_debiased),
+            "ece_ci": [_json(self.ece_ci[0]), _json(self.ece_ci[1])],
+            "calibration_p_value": _json(self.calibration_p_value),
+            "bins": [b.to_dict() for b in self.bins],
+        }
+
+    @classmethod
+    def from_dict(cls, d: Any, field: str) -> PositiveClassView:
+        """Rebuild from ``to_dict`` output; the inference is recomputed from the bins."""
+        if not isinstance(d, Mapping) or set(d) != {
+            "ece",
+            "ece_debiased",
+            "ece_ci",
+            "calibration_p_value",
+            "bins",
+        }:
+            raise CalibrationInputError(
+                field, "must be an object with ece, ece_debiased, ece_ci, calibration_p_value, bins"
+            )
+        if not isinstance(d["bins"], list | tuple):
+            raise CalibrationInputError(f"{field}.bins", "must be a list")
+        bins = tuple(_bin_from_dict(b, f"{field}.bins[{i}]") for i, b in enumerate(d["bins"]))
+        return positive_view_of_bins(bins, _number_or_nan(d["ece"], f"{field}.ece"))
+
+
+@dataclass(frozen=True)
 class Reading:
     """Calibration metrics of N labeled predictions (see docs/calibration.md for definitions).
 
@@ -89,7 +135,8 @@ class Reading:
     bin's rows), ``nll`` (mean natural-log loss), ``brier`` (multiclass in [0, 2], binary in
     [0, 1]), ``accuracy``, ``mean_confidence`` (binary: mean p), ``bins`` (non-empty bins only),
     ``label_counts``. See ``ece_inference`` for the estimate, interval and test.
-    Multiclass: ``classwise_ece`` (None without classwise tables). Binary: ``auc``,
+    Multiclass: ``classwise_ece`` (None without classwise tables) and, for two classes with
+    classwise tables, ``positive_class`` (``PositiveClassView``). Binary: ``auc``,
     ``prevalence``, ``mean_score``, ``threshold`` and ``expected_cost`` (None without costs).
     """
 
@@ -108,6 +155,7 @@ class Reading:
     bins: tuple[ReliabilityBin, ...]
     label_counts: tuple[int, ...]
     classwise_ece: float | None = None
+    positive_class: PositiveClassView | None = None
     auc: float | None = None
     prevalence: float | None = None
     mean_score: float | None = None
@@ -134,6 +182,9 @@ class Reading:
         extra = _MULTICLASS_KEYS if self.task == MULTICLASS else _BINARY_KEYS
         for key in extra:
             out[key] = _json(getattr(self, key))
+        if self.task == MULTICLASS:
+            view = self.positive_class
+            out["positive_class"] = None if view is None else view.to_dict()
         return out
 
     @classmethod
@@ -152,6 +203,8 @@ class Reading:
         task = BINARY if "auc" in d else MULTICLASS
         extra = _BINARY_KEYS if task == BINARY else _MULTICLASS_KEYS
         allowed = set(REQUIRED_KEYS) | set(_INFERRED_KEYS) | set(extra)
+        if task == MULTICLASS:
+            allowed.add("positive_class")
         for key in d:
             if key not in allowed:
                 raise CalibrationInputError(f"{field}.{key}", "is not a reading field")
@@ -193,6 +246,10 @@ class Reading:
                 d["calibration_p_value"], f"{field}.calibration_p_value"
             )
         mce_n = d.get("mce_n")
+        if d.get("positive_class") is not None:
+            values["positive_class"] = PositiveClassView.from_dict(
+                d["positive_class"], f"{field}.positive_class"
+            )
         return cls(
             task=task,
             n=n,
@@ -280,6 +337,53 @@ def bins_inference(bins: tuple[ReliabilityBin, ...]) -> EceInference:
         np.array([b.mean_confidence for b in bins]) * counts,
         np.rint(np.array([b.accuracy for b in bins]) * counts),
     )
+
+
+def _table_bins(
+    edges: FloatArray, counts: Any, prob_sums: Any, hits: Any
+) -> tuple[ReliabilityBin, ...]:
+    """The non-empty bins of one (M,) reliability table, with Wilson intervals."""
+    counts = np.asarray(counts, dtype=np.float64)
+    occupied = np.flatnonzero(counts)
+    size = counts[occupied]
+    k = np.asarray(hits, dtype=np.float64)[occupied]
+    lo, hi = wilson_interval(k, size)
+    mean = np.asarray(prob_sums, dtype=np.float64)[occupied] / size
+    return tuple(
+        ReliabilityBin(
+            lo=float(edges[m]),
+            hi=float(edges[m + 1]),
+            n=int(size[i]),
+            mean_confidence=float(mean[i]),
+            accuracy=float(k[i] / size[i]),
+            ci_lower=float(lo[i]),
+            ci_upper=float(hi[i]),
+        )
+        for i, m in enumerate(occupied)
+    )
+
+
+def positive_view(stats: CalibrationStats) -> PositiveClassView | None:
+    """Class 1's reliability view of two-class multiclass statistics (None otherwise)."""
+    if (
+        stats.task != MULTICLASS
+        or len(stats.label_counts) != 2
+        or stats.class_bin_count is None
+        or stats.class_bin_prob_sum is None
+        or stats.class_bin_label_sum is None
+    ):
+        return None
+    counts = stats.class_bin_count[1]
+    sums, hits = stats.class_bin_prob_sum[1], stats.class_bin_label_sum[1]
+    bins = _table_bins(stats.edges, counts, sums, hits)
+    ece = float(np.abs(sums - hits).sum() / stats.n) if stats.n else _NAN
+    return positive_view_of_bins(bins, ece)
+
+
+def positive_view_of_bins(bins: tuple[ReliabilityBin, ...], ece: float) -> PositiveClassView:
+    """A positive-class view from its bins (the inference recomputed from them)."""
+    inferred = bins_inference(bins)
+    return PositiveClassView(ece, inferred.debiased, inferred.interval, inferred.p_value, bins)
 
 
 def decision_threshold(c_fp: float, c_fn: float) -> float:
@@ -385,7 +489,7 @@ def reading_from_stats(
         if stats.class_bin_prob_sum is not None and stats.class_bin_label_sum is not None:
             table = np.abs(stats.class_bin_prob_sum - stats.class_bin_label_sum).sum(axis=1)
             classwise = per_n(float(table.mean()))
-        return Reading(classwise_ece=classwise, **common)
+        return Reading(classwise_ece=classwise, positive_class=positive_view(stats), **common)
     assert stats.confusion is not None
     expected_cost = None
     if costs is not None:

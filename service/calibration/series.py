@@ -4,8 +4,9 @@ Every number is the one a single window's reading gives (``readings.reading_from
 ``drift.assess_drift``), computed for S windows in one vectorised pass: the plug-in and debiased
 ECE with its interval (``ece_inference.infer_ece_many``), NLL, Brier, accuracy, the refit
 temperature (``refit.refit_many``), the confidence PSI against the baseline with its no-shift
-level, and the drift status (``drift.decide_statuses``). Windows without labeled rows have NaN
-metrics and status ``insufficient_data``.
+level, and the drift status (``drift.decide_statuses``), whose sequential detectors run over the
+windows in the given (time) order: a history's status at a step is the detectors' state after
+it. Windows without labeled rows have NaN metrics and status ``insufficient_data``.
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ from service.calibration._checks import FloatArray
 from service.calibration.drift import (
     PSI_EPSILON,
     DriftPolicy,
-    StatusEvidence,
+    StatusLevels,
     decide_statuses,
 )
 from service.calibration.ece_inference import EceInferences, infer_ece_many
 from service.calibration.packing import StatsLayout, unpack_fields, unpack_knots_many
 from service.calibration.readings import Reading, bins_inference
 from service.calibration.refit import RefitEstimates, refit_many
+from service.calibration.sequential import BinTables, detection_paths
 
 
 @dataclass(frozen=True)
@@ -62,18 +64,16 @@ def series_readings(
         fields["bin_count"], fields["bin_confidence_sum"], fields["bin_correct_sum"]
     )
     refit = refit_many(unpack_knots_many(matrix, layout), labeled)
-    base = bins_inference(baseline.bins)
-    decided = decide_statuses(
-        StatusEvidence(
-            labeled=labeled,
-            lower=inference.lower,
-            upper=inference.upper,
-            debiased=inference.debiased,
-            p_value=inference.p_value,
-        ),
-        base,
-        policy,
-    )
+    levels = StatusLevels.of(policy, bins_inference(baseline.bins))
+    views = step_views(fields, layout)
+    upper = inference.upper
+    for view in views[1:]:
+        upper = np.fmax(
+            upper, infer_ece_many(view.counts, view.confidence_sums, view.successes).upper
+        )
+    alert = np.max([detection_paths(v, 0, levels.alert_design) for v in views], axis=0)
+    warn = np.max([detection_paths(v, 0, levels.warn_design) for v in views], axis=0)
+    status = decide_statuses(labeled, upper, alert, warn, levels, policy)
     psi, no_shift = _psi_many(_baseline_counts(baseline, layout), confidence_counts)
     return SeriesReadings(
         labeled=labeled,
@@ -85,8 +85,38 @@ def series_readings(
         refit=refit,
         confidence_psi=psi,
         confidence_psi_no_shift=no_shift,
-        status=decided.status,
+        status=status,
     )
+
+
+def step_views(fields: dict[str, np.ndarray], layout: StatsLayout) -> list[BinTables]:
+    """The per-step (S, M) reliability tables the status detectors read: the top-label (or
+    binary) view, and for a two-class multiclass layout with class-wise tables the positive
+    class's view. ``fields`` are ``packing.unpack_fields`` output in time order."""
+    edges = np.asarray(layout.edges, dtype=np.float64)
+    binary = layout.task == "binary"
+    views = [
+        BinTables(
+            fields["bin_count"],
+            fields["bin_confidence_sum"],
+            fields["bin_correct_sum"],
+            edges,
+            binary,
+            "positive" if binary else "top-label",
+        )
+    ]
+    if not binary and layout.n_classes == 2 and "class_bin_count" in fields:
+        views.append(
+            BinTables(
+                fields["class_bin_count"][:, 1, :],
+                fields["class_bin_prob_sum"][:, 1, :],
+                fields["class_bin_label_sum"][:, 1, :],
+                edges,
+                True,
+                "positive-class",
+            )
+        )
+    return views
 
 
 def _baseline_counts(baseline: Reading, layout: StatsLayout) -> FloatArray:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from service.calibration import CalibrationInputError
@@ -59,6 +60,18 @@ READING_SCHEMA: dict[str, Any] = {
             "items": Integer(0).schema(),
         },
         "classwise_ece": {"type": ["number", "null"]},
+        "positive_class": {
+            "type": ["object", "null"],
+            "properties": {
+                "ece": _FRACTION,
+                "ece_debiased": _NULLABLE_FRACTION,
+                "ece_ci": _CI,
+                "calibration_p_value": _NULLABLE_FRACTION,
+                "bins": {"type": "array", "maxItems": MAX_BIN_EDGES - 1, "items": _BIN.schema()},
+            },
+            "required": ["ece", "ece_debiased", "ece_ci", "calibration_p_value", "bins"],
+            "additionalProperties": False,
+        },
         "auc": {"type": ["number", "null"]},
         "prevalence": {"type": ["number", "null"]},
         "mean_score": {"type": ["number", "null"]},
@@ -73,7 +86,12 @@ _SPLIT_SCHEMA = Obj(
         "uncalibrated": Custom(lambda *_: None, READING_SCHEMA),
         "calibrated": Custom(lambda *_: None, READING_SCHEMA),
         "nll_difference": Obj(
-            {"n": Integer(1), "mean": Number(-MAX_NLL, MAX_NLL), "sd": Number(0, MAX_NLL)},
+            {
+                "n": Integer(1),
+                "mean": Number(-MAX_NLL, MAX_NLL),
+                "sd": Number(0, MAX_NLL),
+                "lower_bound": Number(-MAX_NLL, MAX_NLL),
+            },
             required=("n", "mean", "sd"),
         ),
     },
@@ -193,6 +211,12 @@ def _parse_reading(
         )
     else:
         _check_range(reading.classwise_ece, f"{path}.classwise_ece", errors, 0, 2, nullable=True)
+        view = reading.positive_class
+        if view is not None and n_classes != 2:
+            errors.add(f"{path}.positive_class", "belongs to two-class contracts only")
+        elif view is not None:
+            _check_range(view.ece, f"{path}.positive_class.ece", errors, 0, 1)
+            _check_bins(replace(reading, bins=view.bins), f"{path}.positive_class", edges, errors)
     if n_classes and len(reading.label_counts) != n_classes:
         errors.add(f"{path}.label_counts", f"must list K = {n_classes} counts")
     elif sum(reading.label_counts) != reading.n:
@@ -227,9 +251,11 @@ def parse_baseline(
     Optional: ``ece_debiased`` and ``calibration_p_value`` in [0, 1] (recomputed from the bins
     when either is absent), ``mce_n`` in [1, n], ``classwise_ece`` (multiclass, in [0, 2]),
     ``expected_cost`` (binary, in [0, MAX_COST]); each may be null where the reading had no
-    value. ``nll_difference`` is ``NllDifference``'s form over the n rows of the split, its mean
-    and sd within MAX_NLL. Both readings of a split are of the same rows: same n, same label
-    counts. The baseline is stored as given: everything accepted here reads back.
+    value; ``positive_class`` (two-class multiclass only) with bins on the edges adding up to n.
+    ``nll_difference`` is ``NllDifference``'s form over the n rows of the split, its mean, sd
+    and (optional) bootstrap-t lower bound within MAX_NLL. Both readings of a split are of the
+    same rows: same n, same label counts. The baseline is stored as given: everything accepted
+    here reads back.
     """
     baseline = expect_object(value, "baseline", errors, required=("fit", "eval"))
     if baseline is None or task is None:
@@ -278,4 +304,12 @@ def parse_baseline(
                 errors.add(f"{path}.nll_difference.n", f"must equal the split's n = {calibrated.n}")
             _check_range(difference.mean, f"{path}.nll_difference.mean", errors, -MAX_NLL, MAX_NLL)
             _check_range(difference.sd, f"{path}.nll_difference.sd", errors, 0, MAX_NLL)
+            if difference.lower_bound is not None:
+                _check_range(
+                    difference.lower_bound,
+                    f"{path}.nll_difference.lower_bound",
+                    errors,
+                    -MAX_NLL,
+                    MAX_NLL,
+                )
     return dict(baseline)

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from service.audit import store as audit
 from service.audit.chain import retirement_document, retirement_sha256
 from service.audit.records import contract_problems
+from service.calibration.calibrators import bound_warning
 from service.common.clock import utcnow
 from service.common.errors import Conflict, NotFound
 from service.contracts import store as contracts_store
@@ -70,6 +71,13 @@ def fit_contract(session: Session, request: FitRequest, *, actor: str) -> Contra
     return register_contract(
         session, fit_contract_spec(request), actor=actor, event="contract_fitted"
     )
+
+
+def contract_warnings(contract: Contract) -> list[str]:
+    """What a registrant should know before relying on the contract (empty when nothing): a
+    calibrator stopped on the range the fit searches fails the gate's ``calibrator_bound``."""
+    warning = bound_warning(contract.calibrator)
+    return [] if warning is None else [f"{warning} (the gate's calibrator_bound check fails it)"]
 
 
 def baseline_source(session: Session, contract: Contract) -> BaselineSource:

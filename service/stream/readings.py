@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import asdict, dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -19,7 +19,9 @@ from service.calibration import (
     reading_from_stats,
     refit_from_knot_sums,
 )
-from service.calibration.packing import unpack, unpack_knots
+from service.calibration.packing import StatsLayout, unpack, unpack_fields, unpack_knots
+from service.calibration.sequential import BinTables
+from service.calibration.series import step_views
 from service.common.errors import NotFound
 from service.common.values import format_timestamp
 from service.contracts import store as contracts_store
@@ -28,6 +30,10 @@ from service.contracts.service import current_contract
 from service.stream import bucket_store
 from service.stream.bucketing import classwise_note, layout_of
 from service.stream.windows import Window
+
+#: Event time before a window whose buckets set its first blocks' variance bound and learned
+#: signs (``service.calibration.sequential``): at most this much is read.
+LOOKBACK = timedelta(hours=24)
 
 
 @dataclass(frozen=True)
@@ -120,7 +126,9 @@ def calibration_reading(
     """
     if not contracts_store.model_exists(session, model):
         raise NotFound(f"unknown model {model!r}")
-    totals = bucket_store.window_totals(session, model, slice_, window.tiling())
+    before = Window.between(window.start - LOOKBACK, window.start)
+    fetched = bucket_store.window_totals(session, model, slice_, window.tiling() + before.tiling())
+    totals = [t for t in fetched if t.bucket_start >= window.start]
     by_contract: dict[str, list[bucket_store.BucketTotals]] = defaultdict(list)
     for t in totals:
         by_contract[t.contract_id].append(t)
@@ -160,6 +168,10 @@ def calibration_reading(
     )
     seen = [t.confidence_counts for t in rows if t.confidence_counts is not None]
     baseline = contract.baseline_reading()
+    lookback = [
+        t for t in fetched if t.bucket_start < window.start and t.contract_id == contract.id
+    ]
+    views = _status_views(lookback, rows, layout)
     drift = assess_drift(
         reading,
         baseline,
@@ -168,6 +180,7 @@ def calibration_reading(
         confidence_counts=np.sum(seen, axis=0) if seen else None,
         refit_temperature=refit_from_knot_sums(unpack_knots(vector, layout), stats.n),
         expected_accuracy=expected,
+        views=views,
     )
     notes: tuple[str, ...] = ()
     if len(shares) > 1:
@@ -189,6 +202,22 @@ def calibration_reading(
         drift=drift,
         notes=notes,
     )
+
+
+def _status_views(
+    lookback: list[bucket_store.BucketTotals],
+    window: list[bucket_store.BucketTotals],
+    layout: StatsLayout,
+) -> list[tuple[BinTables, int]] | None:
+    """The buckets before and in the window in time order, as the status detectors' views,
+    each with its count of lookback blocks; None without labeled buckets."""
+    before = sorted((t for t in lookback if t.stats is not None), key=lambda t: t.bucket_start)
+    inside = sorted((t for t in window if t.stats is not None), key=lambda t: t.bucket_start)
+    if not inside:
+        return None
+    matrix = np.stack([t.stats for t in (*before, *inside) if t.stats is not None])
+    fields = unpack_fields(matrix, layout)
+    return [(view, len(before)) for view in step_views(fields, layout)]
 
 
 @dataclass(frozen=True)

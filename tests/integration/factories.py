@@ -68,6 +68,7 @@ def registration_body(fitted: dict[str, Any], model: str | None = None) -> dict[
         "content_sha256",
         "retired",
         "retirement",
+        "warnings",
     }
     body = {k: copy.deepcopy(v) for k, v in fitted.items() if k not in server_fields}
     if model is not None:

@@ -103,6 +103,10 @@ ACCEPTED: list[tuple[str, set[str]]] = [
     (_READING + r"bins\[0\]\.(mean_confidence|accuracy)", _UNIT),
     (r"register [\w ]+: baseline\.\w+\.nll_difference\.(mean|sd)", _UNIT),
     (r"register [\w ]+: baseline\.\w+\.nll_difference\.mean", {"minus_one"}),
+    (
+        r"register [\w ]+: baseline\.\w+\.nll_difference\.lower_bound",
+        {"null", "minus_one", *_UNIT},
+    ),
 ]
 
 

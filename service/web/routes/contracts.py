@@ -34,7 +34,9 @@ def register() -> Response:
     contract = contracts_service.register_contract(
         db_session(), spec, actor=current_principal().name
     )
-    return _created(contract.to_dict())
+    return _created(
+        {**contract.to_dict(), "warnings": contracts_service.contract_warnings(contract)}
+    )
 
 
 @bp.post("/contracts/fit")
@@ -43,7 +45,9 @@ def fit() -> Response:
     """Fit a calibrator on the fit set, measure the baseline on both sets, register it."""
     request = parse_fit_request(json_body())
     contract = contracts_service.fit_contract(db_session(), request, actor=current_principal().name)
-    return _created(contract.to_dict())
+    return _created(
+        {**contract.to_dict(), "warnings": contracts_service.contract_warnings(contract)}
+    )
 
 
 @bp.get("/contracts")
