@@ -1,6 +1,7 @@
 """Checks of the deployment material: ``deploy/``, the Dockerfile and docker-compose.yml.
 
-Shared here: the metric names of DESIGN.md §4 that rules and dashboard may use, the regex that
+Shared here: the metric names calmon exports on ``GET /metrics``, which rules and dashboard may
+use (``test_metric_names.py`` checks them against the code that exports them), the regex that
 finds metric names in PromQL (and in annotation text), and a ``promtool`` runner.
 
 ``promtool`` comes from Debian's ``prometheus`` package, which ``.ci/run`` installs. A missing
@@ -20,7 +21,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 
-# DESIGN.md §4. Gauges are labelled {model, contract_version, cohort, window}.
+# The calibration gauges served from the stored exposition (service/export/collector.py), labelled
+# {model, contract_version, cohort, window} unless noted.
 GAUGES = frozenset(
     {
         "calmon_ece",
@@ -39,25 +41,28 @@ GAUGES = frozenset(
         "calmon_confidence_psi",
         "calmon_expected_accuracy",
         "calmon_drift_status",
-        # Not in §4's list but exported with it: the contract's policy.max_ece, labelled
-        # {model, contract_version}, so that rules compare ECE with each contract's own threshold.
+        # The contract's policy.max_ece, labelled {model, contract_version}, so that a query
+        # compares ECE with each contract's own threshold.
         "calmon_policy_max_ece",
         # The slices of a model beyond its series budget, labelled {model}.
         "calmon_slices_unexported",
     }
 )
+# Per-process counters and histograms (the instruments.py modules of service/export and
+# service/stream), added up across gunicorn workers.
 COUNTERS = frozenset(
     {
         "calmon_predictions_ingested_total",
         "calmon_labels_ingested_total",
         "calmon_rejected_items_total",
-        # Beyond §4, from the hardening of the refresher and of the pending labels (all {model}).
+        # The refresher's failed model refreshes and the pending labels' expiries and
+        # rejections (all {model}).
         "calmon_refresh_failures_total",
         "calmon_pending_labels_expired_total",
         "calmon_pending_labels_rejected_total",
     }
 )
-# Beyond §4: live gauges computed on each scrape, about the stored readings themselves.
+# Live gauges computed on each scrape, about the stored readings themselves.
 # calmon_readings_age_seconds is labelled {model}; calmon_exporter_up has no labels.
 SERVICE_GAUGES = frozenset({"calmon_readings_age_seconds", "calmon_exporter_up"})
 HISTOGRAMS = frozenset({"calmon_label_delay_seconds", "calmon_http_request_duration_seconds"})

@@ -2,7 +2,7 @@
 
 No Grafana runs in CI: the JSON model is checked for what Grafana needs to load it (keys, unique
 panel ids, grid positions), for the panels the platform team relies on, and for PromQL that
-parses (via promtool) and only names metrics of DESIGN.md §4.
+parses (via promtool) and only names metrics calmon exports.
 """
 
 from __future__ import annotations
@@ -139,11 +139,11 @@ def test_queries_go_to_the_datasource_variable(dashboard: dict[str, Any]) -> Non
         assert target.get("refId"), title
 
 
-def test_queries_use_only_design_metric_names(dashboard: dict[str, Any]) -> None:
+def test_queries_use_only_exported_metric_names(dashboard: dict[str, Any]) -> None:
     exprs = promql(dashboard)
     assert exprs
     unknown = metric_names("\n".join(exprs)) - KNOWN_SERIES
-    assert not unknown, f"names not in DESIGN.md §4: {sorted(unknown)}"
+    assert not unknown, f"names calmon does not export: {sorted(unknown)}"
 
 
 def test_queries_parse(dashboard: dict[str, Any], tmp_path: Path) -> None:

@@ -1,12 +1,16 @@
 """The Prometheus scrape config, alert rules and their promtool unit tests in deploy/prometheus.
 
 promtool parses and evaluates the YAML; the checks here read the files as text (metric names,
-which alerts are tested), so they hold for any valid spelling of the same YAML.
+which alerts are tested), so they hold for any valid spelling of the same YAML, except the last,
+which reads the drift alerts' rules as parsed YAML.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any
+
+import yaml
 
 from tests.deploy import DEPLOY, KNOWN_SERIES, assert_ok, metric_names, promtool
 
@@ -17,12 +21,19 @@ RULE_TESTS = PROMETHEUS / "tests" / "calmon.rules.test.yml"
 
 ALERTS = {
     "CalmonDriftAlert",
-    "CalmonEceAboveContract",
+    "CalmonDriftWarn",
     "CalmonLabelsStalled",
     "CalmonIngestStopped",
     "CalmonReadingsStale",
     "CalmonDown",
 }
+
+# The calibration gauges an alert could re-test at every evaluation (a fixed-level test at every
+# look); the drift verdict is calmon_drift_status, whose sequential rule controls false alarms
+# over time.
+READING_GAUGES = re.compile(
+    r"calmon_(ece|ece_debiased|ece_ci_lower|ece_ci_upper|ece_delta|policy_max_ece)\b"
+)
 
 RECORD_RE = re.compile(r"^\s*- record:\s*(\S+)\s*$", re.MULTILINE)
 ALERT_RE = re.compile(r"^\s*- alert:\s*(\S+)\s*$", re.MULTILINE)
@@ -62,14 +73,14 @@ def test_promtool_unit_tests_pass() -> None:
     assert "SUCCESS" in result.stdout
 
 
-def test_rules_use_only_design_metric_names() -> None:
+def test_rules_use_only_exported_metric_names() -> None:
     text = RULES.read_text()
     recorded = set(RECORD_RE.findall(text))
     unknown = metric_names(text) - KNOWN_SERIES - recorded
-    assert not unknown, f"names not in DESIGN.md §4 (nor recorded here): {sorted(unknown)}"
+    assert not unknown, f"names calmon does not export (nor recorded here): {sorted(unknown)}"
 
 
-def test_recording_rule_names_build_on_design_metrics() -> None:
+def test_recording_rule_names_build_on_exported_metrics() -> None:
     recorded = RECORD_RE.findall(RULES.read_text())
     assert recorded
     for name in recorded:
@@ -79,12 +90,12 @@ def test_recording_rule_names_build_on_design_metrics() -> None:
         assert metric in KNOWN_SERIES or f"{metric}_total" in KNOWN_SERIES, name
 
 
-def test_rule_tests_feed_only_design_metric_names() -> None:
+def test_rule_tests_feed_only_exported_metric_names() -> None:
     # A unit test fed with a misspelt series would test a metric the service never exports.
     text = RULE_TESTS.read_text()
     recorded = set(RECORD_RE.findall(RULES.read_text()))
     unknown = metric_names(text) - KNOWN_SERIES - recorded
-    assert not unknown, f"test series not in DESIGN.md §4: {sorted(unknown)}"
+    assert not unknown, f"test series calmon does not export: {sorted(unknown)}"
 
 
 def test_alerts_carry_severity_duration_and_annotations() -> None:
@@ -115,3 +126,21 @@ def test_every_alert_is_tested_firing_and_silent() -> None:
             alertname = None
     assert not ALERTS - firing, f"never tested firing: {sorted(ALERTS - firing)}"
     assert not ALERTS - silent, f"never tested silent: {sorted(ALERTS - silent)}"
+
+
+def alert_rules() -> dict[str, dict[str, Any]]:
+    """{alert name: its rule} from the rules file, parsed as YAML."""
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    return {r["alert"]: r for g in groups for r in g["rules"] if "alert" in r}
+
+
+def test_drift_alerts_read_the_status_not_the_interval() -> None:
+    rules = alert_rules()
+    for name, rule in rules.items():
+        assert not READING_GAUGES.search(rule["expr"]), f"{name} re-tests a reading: {rule['expr']}"
+    levels = {"CalmonDriftAlert": ("2", "critical"), "CalmonDriftWarn": ("1", "warning")}
+    for name, (status, severity) in levels.items():
+        expr = " ".join(rules[name]["expr"].split())
+        cell = "model, contract_version, cohort, window"
+        assert expr == f"max by ({cell}) (calmon_drift_status) == {status}", expr
+        assert rules[name]["labels"] == {"severity": severity}, name

@@ -1,4 +1,5 @@
-"""Request bodies for tests, built from DESIGN.md's reference data."""
+"""Request bodies for tests, built from the reference data (the fit set is that of
+tests/unit/calibration/test_reference_values.py)."""
 
 from __future__ import annotations
 

@@ -40,7 +40,7 @@ def errors_of(response) -> dict[str, str]:
     return {d["field"]: d["message"] for d in response.get_json()["error"]["details"]}
 
 
-def test_fit_reproduces_the_design_reference_values(client: FlaskClient, auth: Auth) -> None:
+def test_fit_reproduces_the_reference_values(client: FlaskClient, auth: Auth) -> None:
     contract = fit(client, auth)
     assert contract["version"] == 1
     assert contract["calibrator"]["method"] == "temperature"

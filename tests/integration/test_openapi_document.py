@@ -11,7 +11,7 @@ from flask.testing import FlaskClient
 from service.web.openapi import document
 from tests.integration.conftest import Auth
 
-#: Who may call what: the contract of DESIGN.md §3, written out so a change must be deliberate.
+#: Who may call what (the roles of docs/api.md), written out so a change must be deliberate.
 ROLE_TABLE: dict[tuple[str, str], set[str]] = {
     ("POST", "/v1/contracts"): {"admin"},
     ("POST", "/v1/contracts/fit"): {"admin"},

@@ -1,6 +1,6 @@
 """The Turkish lecture's subscriber data as a fixture (tests/data/turkish_seed.csv).
 
-The lecture's "kalibrasyon hatasi" is the binary ECE of DESIGN.md on five equal-width bins.
+The lecture's "kalibrasyon hatasi" is calmon's binary ECE on five equal-width bins.
 Every number it prints that these rows can reproduce does reproduce (to its 4 decimals); its
 600-step gradient-descent Platt fit happens to be converged here (gradient ~1e-12), which the
 independent Nelder-Mead check below confirms. See docs/calibration.md.
