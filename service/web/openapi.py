@@ -18,8 +18,8 @@ from service.audit.records import LISTED_PROBLEMS
 from service.auth.tokens import Permission
 from service.common.fields import Text
 from service.common.values import MAX_JSON_INTEGER, NAME_PATTERN
-from service.contracts.requests import FIT, REGISTRATION, RETIREMENT
-from service.gate.requests import GATE_REQUEST
+from service.contracts.requests import DRIFT_POLICY, FIT, REGISTRATION, RETIREMENT
+from service.gate.requests import GATE_POLICY, GATE_REQUEST
 from service.stream.batches import LABELS, PREDICTIONS
 from service.web.auth import requires
 from service.web.queries import MAX_LIMIT, MAX_SEQ
@@ -37,6 +37,21 @@ _COUNT = {"type": "integer", "minimum": 0, "maximum": MAX_JSON_INTEGER}
 _TIMESTAMP = {"type": "string", "format": "date-time"}
 _NAME = Text(pattern=NAME_PATTERN).schema()
 _CI = {"type": "array", "minItems": 2, "maxItems": 2, "items": _FRACTION}
+_NULLABLE_PAIR = {"type": ["array", "null"], "items": _NUMBER}
+_SHA256 = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
+_NULLABLE_STRING = {"type": ["string", "null"]}
+_STATUS = {"type": "string", "enum": ["insufficient_data", "ok", "warn", "alert"]}
+_DRIFT_POLICY = DRIFT_POLICY.schema()
+_GATE_POLICY = {**GATE_POLICY.schema(), "type": "object"}
+#: The stored contract's client-supplied fields have the schema of their registration.
+_REGISTERED = REGISTRATION.schema()["properties"]
+_POSITIVE_CLASS = {
+    **_REGISTERED["baseline"]["properties"]["eval"]["properties"]["calibrated"]["properties"][
+        "positive_class"
+    ],
+    "description": "two-class multiclass readings: the binary view of the second class's"
+    " probability (null for other readings)",
+}
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -116,6 +131,7 @@ _READING_FIELDS: dict[str, Any] = {
     "mean_score": _NULLABLE_NUMBER,
     "threshold": _NULLABLE_NUMBER,
     "expected_cost": _NULLABLE_NUMBER,
+    "positive_class": _POSITIVE_CLASS,
 }
 
 _CONTRACT_FIELDS: dict[str, Any] = {
@@ -125,21 +141,62 @@ _CONTRACT_FIELDS: dict[str, Any] = {
     "checkpoint": {"type": "string"},
     "task": {"type": "string", "enum": ["multiclass", "binary"]},
     "classes": {"type": "array", "items": {"type": "string"}},
-    "calibrator": {"type": "object"},
+    "calibrator": _REGISTERED["calibrator"],
     "objective": {"type": "string"},
     "population": {"type": "string"},
     "outcome": {"type": "string"},
-    "data_window": {"type": "object"},
-    "split": {"type": "object"},
-    "bin_edges": {"type": "array", "items": _NUMBER},
-    "baseline": {"type": "object"},
-    "policy": {"type": "object"},
+    "data_window": _REGISTERED["data_window"],
+    "split": _REGISTERED["split"],
+    "bin_edges": _REGISTERED["bin_edges"],
+    "baseline": _REGISTERED["baseline"],
+    "policy": _DRIFT_POLICY,
     "created_at": _TIMESTAMP,
     "created_by": {"type": "string"},
     "content_sha256": {"type": "string"},
     "retired": {"type": "boolean"},
     "retirement": {"type": ["object", "null"]},
+    "warnings": {
+        "type": "array",
+        "items": {"type": "string"},
+        "description": "in the replies of register and fit: what the reviewer should know of"
+        " the stored calibrator (a parameter on the bound of the fit's search range)",
+    },
 }
+
+#: Which contract a reading or decision used.
+_CONTRACT_REF = _record(
+    {
+        "id": {"type": "string"},
+        "model": {"type": "string"},
+        "version": {"type": "integer"},
+        "content_sha256": _SHA256,
+    },
+    ["id", "version"],
+)
+
+#: A status detector's evidence: the ECE level it tests and its e-value against the threshold.
+_DETECTOR = _record(
+    {
+        "level": _NUMBER,
+        "value": _NULLABLE_NUMBER,
+        "threshold": _NULLABLE_NUMBER,
+        "pattern": _NULLABLE_STRING,
+        "view": _NULLABLE_STRING,
+        "rows": {"type": ["integer", "null"]},
+    },
+    ["level", "value", "threshold"],
+)
+
+#: One part of an audit verification: whether it holds, how many rows it checked and failed.
+_PART_CHECK = _record(
+    {"valid": {"type": "boolean"}, "checked": _COUNT, "problem_count": _COUNT},
+    ["valid", "checked", "problem_count"],
+)
+
+_PAIR_OF_MEASURES = _record(
+    {"uncalibrated": _NULLABLE_NUMBER, "calibrated": _NULLABLE_NUMBER},
+    ["uncalibrated", "calibrated"],
+)
 
 SCHEMAS: dict[str, Any] = {
     "Error": _record(
@@ -182,6 +239,9 @@ SCHEMAS: dict[str, Any] = {
     ),
     "Verification": _record(
         {
+            "id": {"type": "string"},
+            "content_sha256": _SHA256,
+            "recomputed_sha256": _SHA256,
             "valid": {"type": "boolean"},
             "event": {"type": ["object", "null"]},
             "problems": {"type": "array", "items": _PROBLEM},
@@ -193,6 +253,10 @@ SCHEMAS: dict[str, Any] = {
             "accepted": {"type": "integer"},
             "duplicates": {"type": "integer"},
             "contract_id": {"type": "string"},
+            "joined_pending_labels": {
+                "type": "integer",
+                "description": "labels that waited for these predictions and are now joined",
+            },
         },
         ["accepted", "duplicates", "contract_id"],
     ),
@@ -209,13 +273,36 @@ SCHEMAS: dict[str, Any] = {
     ),
     "Calibration": _record(
         {
-            "contract": {"type": "object"},
-            "window": {"type": "object"},
+            "model": {"type": "string"},
+            "contract": _CONTRACT_REF,
+            "contracts_in_window": {
+                "type": "array",
+                "items": _record(
+                    {
+                        "contract_id": {"type": "string"},
+                        "version": {"type": "integer"},
+                        "n_predictions": _COUNT,
+                        "n_labeled": _COUNT,
+                    },
+                    ["contract_id", "version", "n_predictions", "n_labeled"],
+                ),
+            },
+            "policy": _DRIFT_POLICY,
+            "threshold": {
+                **_NULLABLE_NUMBER,
+                "description": "binary: the score above which the cost-minimising decision is"
+                " positive, c_fp / (c_fp + c_fn); null for multiclass",
+            },
+            "notes": {"type": "array", "items": {"type": "string"}},
+            "window": _record(
+                {"name": _NULLABLE_STRING, "start": _TIMESTAMP, "end": _TIMESTAMP},
+                ["start", "end"],
+            ),
             "cohort": {"type": "string"},
             "n_predictions": {"type": "integer"},
             "n_labeled": {"type": "integer"},
             "label_coverage": _NULLABLE_NUMBER,
-            "metrics": {"type": "object"},
+            "metrics": _record(_READING_FIELDS, ["n"]),
             "bins": {"type": "array", "items": _ref("Bin")},
             "baseline": _ref("Reading"),
             "drift": _record(
@@ -231,11 +318,11 @@ SCHEMAS: dict[str, Any] = {
                     "prevalence_shift": _NULLABLE_NUMBER,
                     "expected_accuracy": _NULLABLE_NUMBER,
                     "expected_accuracy_ci": {"type": ["array", "null"], "items": _NUMBER},
-                    "status": {
-                        "type": "string",
-                        "enum": ["insufficient_data", "ok", "warn", "alert"],
-                    },
+                    "status": _STATUS,
                     "reasons": {"type": "array", "items": {"type": "string"}},
+                    "detectors": _record(
+                        {"alert": _DETECTOR, "warn": _DETECTOR}, ["alert", "warn"]
+                    ),
                 },
                 ["status", "reasons"],
             ),
@@ -253,11 +340,33 @@ SCHEMAS: dict[str, Any] = {
             "drift",
         ],
     ),
-    "Cohorts": _record({"slices": {"type": "array"}}, ["slices"]),
+    "Cohorts": _record(
+        {
+            "model": {"type": "string"},
+            "slices": {
+                "type": "array",
+                "items": _record(
+                    {
+                        "cohort": {"type": "string"},
+                        "n_predictions": _COUNT,
+                        "n_labeled": _COUNT,
+                    },
+                    ["cohort", "n_predictions", "n_labeled"],
+                ),
+            },
+        },
+        ["slices"],
+    ),
     "GateDecision": _record(
         {
             "id": {"type": "string"},
             "contract_id": {"type": "string"},
+            "model": {"type": "string"},
+            "decided_at": _TIMESTAMP,
+            "decided_by": {"type": "string"},
+            "policy": _GATE_POLICY,
+            "policy_sha256": _SHA256,
+            "evidence_sha256": _SHA256,
             "decision": {"type": "string", "enum": ["pass", "fail"]},
             "checks": {
                 "type": "array",
@@ -276,6 +385,20 @@ SCHEMAS: dict[str, Any] = {
                 {
                     "baseline_source": {"type": "string", "enum": ["measured", "supplied"]},
                     "source": {"type": "object"},
+                    "contract": _CONTRACT_REF,
+                    "n": _COUNT,
+                    "positive_class": _POSITIVE_CLASS,
+                    "nll": _PAIR_OF_MEASURES,
+                    "brier": _PAIR_OF_MEASURES,
+                    "nll_difference": _record(
+                        {
+                            "mean": _NULLABLE_NUMBER,
+                            "lower_bound": _NULLABLE_NUMBER,
+                            "tolerance": _NULLABLE_NUMBER,
+                        },
+                        ["mean", "lower_bound"],
+                    ),
+                    "bin_edges": {"type": "array", "items": _NUMBER},
                     "ece": _NULLABLE_NUMBER,
                     "ece_debiased": _NULLABLE_NUMBER,
                     "ece_ci": {"type": "array", "items": _NULLABLE_NUMBER},
@@ -301,6 +424,26 @@ SCHEMAS: dict[str, Any] = {
     "ChainVerification": _record(
         {
             "valid": {"type": "boolean"},
+            "events": _COUNT,
+            "head": {
+                **_record({"seq": _COUNT, "sha256": _SHA256, "ts": _TIMESTAMP}, ["seq", "sha256"]),
+                "type": ["object", "null"],
+            },
+            "chain": _record(
+                {
+                    "valid": {"type": "boolean"},
+                    "first_invalid_seq": {"type": ["integer", "null"]},
+                    "reason": _NULLABLE_STRING,
+                    "scheme": {"type": "string"},
+                    "keyed_from_seq": {"type": ["integer", "null"]},
+                    "key_id": _NULLABLE_STRING,
+                },
+                ["valid"],
+            ),
+            "anchor": {"type": ["object", "null"]},
+            "contracts": _PART_CHECK,
+            "decisions": _PART_CHECK,
+            "retirements": _PART_CHECK,
             "checked": _record(
                 {name: _COUNT for name in ("events", "contracts", "decisions", "retirements")},
                 ["events", "contracts", "decisions", "retirements"],
@@ -318,14 +461,17 @@ SCHEMAS: dict[str, Any] = {
             "start": {"type": "string"},
             "end": {"type": "string"},
             "step_seconds": {"type": "integer"},
-            "contract": {"type": "object"},
-            "policy": {"type": "object"},
-            "baseline": {"type": "object"},
+            "contract": _record({"id": {"type": "string"}, "version": {"type": "integer"}}, ["id"]),
+            "policy": _DRIFT_POLICY,
+            "baseline": _record(
+                {"ece": _NULLABLE_NUMBER, "ece_debiased": _NULLABLE_NUMBER}, ["ece"]
+            ),
             "points": {
                 "type": "array",
                 "items": _record(
                     {
                         "start": {"type": "string"},
+                        "contract_version": {"type": ["integer", "null"]},
                         "n_predictions": {"type": "integer"},
                         "n_labeled": {"type": "integer"},
                         "label_coverage": _NULLABLE_NUMBER,
@@ -336,11 +482,10 @@ SCHEMAS: dict[str, Any] = {
                         "brier": _NULLABLE_NUMBER,
                         "accuracy": _NULLABLE_NUMBER,
                         "refit_temperature": _NULLABLE_NUMBER,
+                        "refit_temperature_ci": _NULLABLE_PAIR,
                         "confidence_psi": _NULLABLE_NUMBER,
-                        "status": {
-                            "type": "string",
-                            "enum": ["insufficient_data", "ok", "warn", "alert"],
-                        },
+                        "confidence_psi_no_shift": _NULLABLE_NUMBER,
+                        "status": _STATUS,
                     },
                     ["start", "n_predictions", "n_labeled", "status"],
                 ),
@@ -348,7 +493,7 @@ SCHEMAS: dict[str, Any] = {
         },
         ["model", "cohort", "start", "end", "step_seconds", "points"],
     ),
-    "Status": _record({"status": {"type": "string"}}, ["status"]),
+    "Status": _record({"status": {"type": "string"}, "database": {"type": "string"}}, ["status"]),
 }
 
 
