@@ -1,8 +1,8 @@
 """Validation of prediction and label batches: every bad item listed, nothing half-accepted.
 
-Per item: ``id`` is 1-200 characters of valid text (no NUL, no lone surrogate); ``ts`` is an
-RFC 3339 timestamp with a zone within ``service.common.values``'s range around the time of receipt
-(not before 2000-01-01, at most 1 day ahead); ``cohort`` is an object of string keys (the whole
+Per item: ``id`` is 1-200 characters of valid text (no NUL, no lone surrogate), not only
+whitespace; ``ts`` is an RFC 3339 timestamp with a zone within ``service.common.values``'s range
+around the time of receipt (not before 2000-01-01, at most 1 day ahead); ``cohort`` is an object of string keys (the whole
 key matches ``cohorts.KEY_PATTERN``) to strings of valid text, then ``cohorts.parse_cohort``'s
 rules; ``logits`` are K finite numbers within +-``MAX_ABS_LOGIT`` (see
 ``service.calibration._checks``), ``score`` a number in [0, 1]; a label is a class index or name.
@@ -129,6 +129,9 @@ def parse_envelope(
 def _check_id(value: Any, path: str, errors: ErrorCollector, item: int | None) -> str | None:
     if type(value) is not str or not 0 < len(value) <= MAX_ID_LENGTH:
         errors.add(path, f"expected a string id of 1-{MAX_ID_LENGTH} characters", item)
+        return None
+    if value.isspace():
+        errors.add(path, "an id must not be only whitespace", item)
         return None
     problem = text_problem(value)
     if problem is not None:
@@ -299,6 +302,7 @@ def _clean_ids(ids: list[Any]) -> bool:
         set(map(type, ids)) == {str}
         and min(map(len, ids)) >= 1
         and max(map(len, ids)) <= MAX_ID_LENGTH
+        and not any(map(str.isspace, ids))
         and _valid_texts(ids)
     )
 
@@ -388,6 +392,14 @@ def parse_predictions(
         text.refuse_repeated_keys()
     if fast is not None:
         return fast[0]
+    return parse_predictions_declared(items, task=task, n_classes=n_classes, now=now)
+
+
+def parse_predictions_declared(
+    items: Sequence[Any], *, task: str, n_classes: int, now: datetime
+) -> PredictionBatch:
+    """Validate item by item against ``PREDICTION_ITEM``, naming every problem: the path a
+    batch takes when the fast path doubts it, and the reference the fast path must agree with."""
     errors = ErrorCollector()
     declared = PREDICTION_ITEM[task]
     value_key = "logits" if task == "multiclass" else "score"
