@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import RowMapping, and_, exists, select, update
@@ -162,6 +163,29 @@ def list_contracts(
         )
         query = query.where(_active_at_filter(active_at), ~shadowing)
     return [(row[0].seq, _to_contract(row[0], row[1])) for row in session.execute(query)]
+
+
+@dataclass(frozen=True)
+class VersionClasses:
+    """The classes of one contract version (``classes`` as stored, in class-index order)."""
+
+    id: str
+    version: int
+    classes: tuple[str, ...]
+
+
+def model_classes(session: Session, model: str) -> list[VersionClasses]:
+    """The classes of every contract version of ``model``, newest version first (only these
+    columns are read: no spec is rebuilt)."""
+    query = (
+        select(ContractRecord.id, ContractRecord.version, ContractRecord.classes)
+        .where(ContractRecord.model == model)
+        .order_by(ContractRecord.version.desc())
+    )
+    return [
+        VersionClasses(id, version, tuple(map(str, classes)) if isinstance(classes, list) else ())
+        for id, version, classes in session.execute(query)
+    ]
 
 
 def model_exists(session: Session, model: str) -> bool:
