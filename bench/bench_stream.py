@@ -350,7 +350,7 @@ def calmon_sql_ceilings(url: str, rows: int, batch: int) -> tuple[float, float]:
         )
         for i in range(rows)
     ]
-    labels = [(f"c{i}", i % K, now) for i in range(rows)]
+    labels = [(f"c{i}", i % K, None, now) for i in range(rows)]
     seconds = []
     for store, items in (
         (lambda s, part: prediction_store.insert_predictions(s, "ceiling", "c", part, now), staged),

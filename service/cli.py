@@ -88,6 +88,14 @@ def _token_revoke(args: argparse.Namespace) -> int:
     return 0
 
 
+def _one_field(text: str) -> str:
+    """``text`` as one tab-separated field of one line: control characters (a name stored
+    before names were checked) escaped."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
 def _token_list(_args: argparse.Namespace) -> int:
     from service.auth.token_store import list_tokens
 
@@ -95,7 +103,8 @@ def _token_list(_args: argparse.Namespace) -> int:
         tokens = list_tokens(session)
     for t in tokens:
         state = f"revoked {t.revoked_at.isoformat()}" if t.revoked_at else "live"
-        print(f"{t.name}\t{t.role}\tcreated {t.created_at.isoformat()} by {t.created_by}\t{state}")
+        name, by = _one_field(t.name), _one_field(t.created_by)
+        print(f"{name}\t{t.role}\tcreated {t.created_at.isoformat()} by {by}\t{state}")
     return 0
 
 

@@ -18,14 +18,20 @@ from service.auth.tokens import (
     session_binding,
     session_digest,
     token_digest,
+    token_name_problem,
 )
 from service.common.clock import utcnow
-from service.common.errors import Conflict, NotFound
+from service.common.errors import Conflict, ErrorDetail, NotFound, ValidationFailed
 from service.common.hashing import digests_match
 
 
 def create_token(session: Session, *, role: Role, name: str, actor: str) -> str:
-    """Create a token for ``role``, store its digest and an audit event; return the token once."""
+    """Create a token for ``role``, store its digest and an audit event; return the token once.
+
+    ``ValidationFailed`` naming ``name`` if it cannot name a token (``token_name_problem``)."""
+    problem = token_name_problem(name)
+    if problem is not None:
+        raise ValidationFailed(f"invalid token name: {problem}", [ErrorDetail("name", problem)])
     if token_store.token_name_taken(session, name):
         raise Conflict(f"a token named {name!r} already exists")
     token = new_token()

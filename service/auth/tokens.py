@@ -10,12 +10,27 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import unicodedata
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
 
 TOKEN_PREFIX = "calmon_"
 BOOTSTRAP_ADMIN_NAME = "bootstrap-admin"
+#: Longest token name (the ``api_tokens.name`` column), in characters.
+MAX_TOKEN_NAME = 100
+
+
+def token_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a token, or None: 1 to ``MAX_TOKEN_NAME`` characters of valid
+    Unicode without control characters (a newline would forge a line of ``calmon token list``)
+    or line and paragraph separators."""
+    if not 0 < len(name) <= MAX_TOKEN_NAME:
+        return f"must be 1 to {MAX_TOKEN_NAME} characters long, got {len(name)}"
+    for char in name:
+        if unicodedata.category(char) in ("Cc", "Cs", "Zl", "Zp"):
+            return f"must not contain the control character {char!a}"
+    return None
 
 
 class Role(StrEnum):

@@ -180,4 +180,5 @@ def active_contract(session: Session, model: str, at: datetime) -> Contract:
 
 #: Reads that need nothing but their query are the store's functions themselves.
 list_contracts = contracts_store.list_contracts
+unreadable_among = contracts_store.unreadable_among
 model_names = contracts_store.model_names

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import RowMapping, and_, exists, select, update
 from sqlalchemy.orm import Session, aliased
@@ -14,6 +16,7 @@ from service.calibration import CalibrationInputError
 from service.common.errors import ErrorDetail, UnreadableContract
 from service.contracts.model import (
     Contract,
+    ContractSpec,
     Retirement,
     content_sha256,
     hashed_document,
@@ -21,6 +24,7 @@ from service.contracts.model import (
 )
 from service.db.backend import backend_of
 from service.db.models import ContractRecord, ContractRetirement, ModelRecord, table_of
+from service.db.types import UnparsableJson
 
 
 def claim_next_version(session: Session, model: str, now: datetime) -> int:
@@ -78,10 +82,40 @@ def insert_contract(session: Session, contract: Contract) -> None:
     session.flush()
 
 
+#: What reading a stored spec back may raise when a row holds what the service never writes.
+_READ_BACK_ERRORS = (AttributeError, CalibrationInputError, KeyError, TypeError, ValueError)
+
+
+def _spec_of(fields: Mapping[str, Any]) -> ContractSpec:
+    """``spec_from_stored``, first naming a column whose stored JSON cannot be parsed."""
+    for name, value in fields.items():
+        if isinstance(value, UnparsableJson):
+            raise CalibrationInputError(name, "the stored JSON cannot be parsed")
+    return spec_from_stored(fields)
+
+
+@dataclass(frozen=True)
+class UnreadableRow:
+    """A stored contract whose fields cannot be read back: listed apart, with why."""
+
+    id: str
+    model: str
+    version: int
+    problem: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "model": self.model,
+            "version": self.version,
+            "problem": self.problem,
+        }
+
+
 def _to_contract(row: ContractRecord, retirement: ContractRetirement | None) -> Contract:
     try:
-        spec = spec_from_stored({name: getattr(row, name) for name in _SPEC_COLUMNS})
-    except (CalibrationInputError, KeyError, TypeError, ValueError) as exc:
+        spec = _spec_of({name: getattr(row, name) for name in _SPEC_COLUMNS})
+    except _READ_BACK_ERRORS as exc:
         raise UnreadableContract(
             f"contract {row.id} (version {row.version}) stores a field that cannot be read "
             "back; register a new version",
@@ -138,8 +172,9 @@ def list_contracts(
     active_at: datetime | None = None,
     before_seq: int | None = None,
     limit: int = 50,
-) -> list[tuple[int, Contract]]:
-    """Contracts newest first as ``(seq, contract)``; ``before_seq`` continues a page.
+) -> list[tuple[int, Contract | UnreadableRow]]:
+    """Contracts newest first as ``(seq, contract)``; ``before_seq`` continues a page. A row
+    that cannot be read back is listed as an ``UnreadableRow`` in its place.
 
     With ``active_at``, only each model's active contract at that time.
     """
@@ -161,7 +196,39 @@ def list_contracts(
             ~newer_retired,
         )
         query = query.where(_active_at_filter(active_at), ~shadowing)
-    return [(row[0].seq, _to_contract(row[0], row[1])) for row in session.execute(query)]
+    listed: list[tuple[int, Contract | UnreadableRow]] = []
+    for record, retirement in session.execute(query):
+        try:
+            listed.append((record.seq, _to_contract(record, retirement)))
+        except UnreadableContract as exc:
+            problem = "; ".join(f"{d.field}: {d.message}" for d in exc.details)
+            listed.append(
+                (record.seq, UnreadableRow(record.id, record.model, record.version, problem))
+            )
+    return listed
+
+
+@dataclass(frozen=True)
+class VersionClasses:
+    """The classes of one contract version (``classes`` as stored, in class-index order)."""
+
+    id: str
+    version: int
+    classes: tuple[str, ...]
+
+
+def model_classes(session: Session, model: str) -> list[VersionClasses]:
+    """The classes of every contract version of ``model``, newest version first (only these
+    columns are read: no spec is rebuilt)."""
+    query = (
+        select(ContractRecord.id, ContractRecord.version, ContractRecord.classes)
+        .where(ContractRecord.model == model)
+        .order_by(ContractRecord.version.desc())
+    )
+    return [
+        VersionClasses(id, version, tuple(map(str, classes)) if isinstance(classes, list) else ())
+        for id, version, classes in session.execute(query)
+    ]
 
 
 def model_exists(session: Session, model: str) -> bool:
@@ -202,11 +269,11 @@ def _stored(row: RowMapping) -> StoredContract:
     spec as ``content_sha256`` was first computed (or why the fields cannot be read back)."""
     recomputed, unreadable = None, None
     try:
-        spec = spec_from_stored({name: row[name] for name in _SPEC_COLUMNS})
+        spec = _spec_of({name: row[name] for name in _SPEC_COLUMNS})
         recomputed = content_sha256(
             hashed_document(row["id"], row["version"], spec, row["created_at"], row["created_by"])
         )
-    except (CalibrationInputError, KeyError, TypeError, ValueError) as exc:
+    except _READ_BACK_ERRORS as exc:
         unreadable = f"{getattr(exc, 'field', None) or 'contract'}: {exc}"
     return StoredContract(
         seq=row["seq"],
@@ -235,6 +302,19 @@ def stored_contracts(session: Session, page: int = 100) -> Iterator[StoredContra
         for row in rows:
             yield _stored(row._mapping)
         after = rows[-1].seq
+
+
+def unreadable_among(session: Session, contract_ids: Sequence[str]) -> dict[str, str]:
+    """``{id: why}`` of the contracts among ``contract_ids`` whose fields cannot be read back."""
+    table = table_of(ContractRecord)
+    columns = [table.c.id, *(table.c[name] for name in _SPEC_COLUMNS)]
+    found: dict[str, str] = {}
+    for row in session.execute(select(*columns).where(table.c.id.in_(list(contract_ids)))):
+        try:
+            _spec_of({name: row._mapping[name] for name in _SPEC_COLUMNS})
+        except _READ_BACK_ERRORS as exc:
+            found[row.id] = f"{getattr(exc, 'field', None) or 'contract'}: {exc}"
+    return found
 
 
 def stored_contract(session: Session, contract_id: str) -> StoredContract | None:

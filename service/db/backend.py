@@ -34,10 +34,10 @@ class RecordedLabels:
     """The labels one statement inserted, column by column.
 
     The first seven lists describe the J labels joined to their stored prediction, in one order:
-    ``labels`` are class indices, ``label_seconds`` and ``seconds`` whole seconds since the epoch
-    of the label's and of the prediction's event time, ``slices`` the prediction's stored JSON
-    slice list and ``inputs`` its stored bytes. ``waiting`` holds the ids of the labels inserted
-    without their prediction.
+    ``labels`` are the stored class indices, ``label_seconds`` and ``seconds`` whole seconds
+    since the epoch of the label's and of the prediction's event time, ``slices`` the
+    prediction's stored JSON slice list and ``inputs`` its stored bytes. ``waiting`` holds the
+    ids of the labels inserted without their prediction.
     """
 
     ids: list[str]
@@ -121,7 +121,8 @@ class Backend(Protocol):
         self, session: Session, model: str
     ) -> list[tuple[Any, ...]]:
         """Labels of ``model`` still waiting though their prediction is stored: ``(id, label,
-        label seconds, contract id, prediction seconds, slices JSON, inputs)``, locked."""
+        label seconds, contract id, prediction seconds, slices JSON, inputs, label name)``,
+        locked."""
 
     def after_prune(self, connection: Connection, cutoff: datetime) -> None:
         """Whatever the backend's indexes need after rows before ``cutoff`` were deleted."""

@@ -12,6 +12,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.db.backend import backend_of
+from service.db.types import lenient_json_loads
 
 SQLITE_BUSY_TIMEOUT_SECONDS = 30
 #: The execution option that marks a read session's connections (``Database.read_session``).
@@ -77,6 +78,7 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
         # A "file:" URI (with uri=true, say mode=ro) names a file that must exist already.
         if parsed.database and parsed.database != ":memory:" and not parsed.query.get("uri"):
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        kwargs.setdefault("json_deserializer", lenient_json_loads)
         engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS}, **kwargs)
         _configure_sqlite(engine)
         return engine

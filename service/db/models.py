@@ -255,6 +255,12 @@ class LabelRecord(Base):
     ``ts`` is when the outcome became known. ``joined`` tells whether the label has been counted
     in the statistics with its prediction; a label that arrives first waits with ``joined``
     false until its prediction is stored.
+
+    A label means a class of the contract its prediction is bound to. ``label_name`` is the class
+    name the label was sent with (NULL for a label sent as a class index). ``label`` is the class
+    index under the prediction's contract once joined; while a label sent by name waits, it is
+    the name's index under the newest contract version that knows the name, and the name is
+    judged again by the prediction's contract when the prediction arrives.
     """
 
     __tablename__ = "labels"
@@ -271,6 +277,7 @@ class LabelRecord(Base):
     model: Mapped[str] = mapped_column(byte_order_key(200), primary_key=True)
     id: Mapped[str] = mapped_column(byte_order_key(200), primary_key=True)
     label: Mapped[int] = mapped_column(SmallInteger)
+    label_name: Mapped[str | None] = mapped_column(Text)
     ts: Mapped[datetime]
     received_at: Mapped[datetime]
     joined: Mapped[bool]

@@ -219,8 +219,9 @@ class PostgreSQL:
         plain insert of every staged label."""
         probe = _prediction_by_id("s.id", _FOUND_COLUMNS, "%(model)s")
         insert = (
-            "INSERT INTO labels (model, id, label, ts, received_at, joined)"
-            " SELECT %(model)s, id, label, ts, %(now)s, contract_id IS NOT NULL FROM found"
+            "INSERT INTO labels (model, id, label, label_name, ts, received_at, joined)"
+            " SELECT %(model)s, id, label, label_name, ts, %(now)s, contract_id IS NOT NULL"
+            " FROM found"
         )
         inserted = "found f"
         if speculative:
@@ -228,7 +229,8 @@ class PostgreSQL:
             inserted = "found f JOIN ins ON ins.id = f.id"
         joined = "FILTER (WHERE contract_id IS NOT NULL)"
         statement = (
-            "WITH found AS (SELECT s.id, s.label, s.ts, p.contract_id, p.ts AS pts, p.slices,"
+            "WITH found AS (SELECT s.id, s.label, s.label_name, s.ts, p.contract_id, p.ts AS pts,"
+            " p.slices,"
             f" p.inputs FROM stage_labels s LEFT JOIN LATERAL ({probe}) p ON true),"
             f" ins AS ({insert})"
             f" SELECT array_agg(f.id) {joined}, array_agg(f.label) {joined},"
@@ -245,7 +247,7 @@ class PostgreSQL:
     ) -> list[tuple[Any, ...]]:
         statement = text(
             f"SELECT l.id, l.label, {_epoch('l.ts')}, p.contract_id, {_epoch('p.ts')}, p.slices,"
-            f" p.inputs FROM labels l CROSS JOIN LATERAL"
+            f" p.inputs, l.label_name FROM labels l CROSS JOIN LATERAL"
             f" ({_prediction_by_id('l.id', _FOUND_COLUMNS)}) p"
             " WHERE l.model = :model AND NOT l.joined FOR UPDATE OF l"
         )

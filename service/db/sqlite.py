@@ -113,8 +113,9 @@ class SQLite:
         exists = "EXISTS (SELECT 1 FROM predictions p WHERE p.model = :model AND p.id = s.id)"
         inserted = session.execute(
             text(
-                "INSERT INTO labels (model, id, label, ts, received_at, joined)"
-                f" SELECT CAST(:model AS VARCHAR), s.id, s.label, s.ts, :now, {exists}"
+                "INSERT INTO labels (model, id, label, label_name, ts, received_at, joined)"
+                f" SELECT CAST(:model AS VARCHAR), s.id, s.label, s.label_name, s.ts, :now,"
+                f" {exists}"
                 " FROM stage_labels s WHERE true ON CONFLICT (model, id) DO NOTHING"
                 " RETURNING id, label, joined"
             ).bindparams(_NOW),
@@ -150,7 +151,7 @@ class SQLite:
     ) -> list[tuple[Any, ...]]:
         statement = text(
             f"SELECT l.id, l.label, {_epoch('l.ts')}, p.contract_id, {_epoch('p.ts')}, p.slices,"
-            " p.inputs FROM labels l JOIN predictions p ON p.model = l.model"
+            " p.inputs, l.label_name FROM labels l JOIN predictions p ON p.model = l.model"
             " AND p.id = l.id WHERE l.model = :model AND NOT l.joined"
         )
         return [tuple(r) for r in session.execute(statement, {"model": model})]

@@ -43,6 +43,7 @@ STAGING_TABLES: dict[str, tuple[tuple[str, str, str], ...]] = {
     "stage_labels": (
         ("id", "text", "TEXT"),
         ("label", "int2", "INTEGER"),
+        ("label_name", "text", "TEXT"),
         ("ts", "timestamptz", "TIMESTAMP"),
     ),
 }

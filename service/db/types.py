@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -48,3 +50,20 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value.tzinfo is None:
             return value.replace(tzinfo=UTC)
         return value.astimezone(UTC)
+
+
+@dataclass(frozen=True)
+class UnparsableJson:
+    """What a JSON column holding text that is not JSON reads as (SQLite stores JSON as text,
+    so a row written around the service can hold anything; PostgreSQL's ``json`` refuses it):
+    the readers of such rows tell the row apart instead of failing the whole result."""
+
+    text: str
+
+
+def lenient_json_loads(text: str) -> Any:
+    """``json.loads``, or an ``UnparsableJson`` holding ``text`` if it is not JSON."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return UnparsableJson(text)

@@ -2,10 +2,12 @@
 
 Per item: ``id`` is 1-200 characters of valid text (no NUL, no lone surrogate), not only
 whitespace; ``ts`` is an RFC 3339 timestamp with a zone within ``service.common.values``'s range
-around the time of receipt (not before 2000-01-01, at most 1 day ahead); ``cohort`` is an object of string keys (the whole
-key matches ``cohorts.KEY_PATTERN``) to strings of valid text, then ``cohorts.parse_cohort``'s
-rules; ``logits`` are K finite numbers within +-``MAX_ABS_LOGIT`` (see
-``service.calibration._checks``), ``score`` a number in [0, 1]; a label is a class index or name.
+around the time of receipt (not before 2000-01-01, at most 1 day ahead); ``cohort`` is an object
+of string keys (the whole key matches ``cohorts.KEY_PATTERN``) to strings of valid text, then
+``cohorts.parse_cohort``'s rules; ``logits`` are K finite numbers within +-``MAX_ABS_LOGIT`` (see
+``service.calibration._checks``), ``score`` a number in [0, 1]; a label is a class index or name
+that some contract version of the model knows (``service.stream.label_classes``: the contract of
+the label's prediction judges it when they meet).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from service.common.values import (
 from service.contracts.labeled_sets import inputs_problem, number_problem
 from service.contracts.model import MAX_CLASSES
 from service.stream.cohorts import KEY_PATTERN, MAX_KEYS, MAX_LENGTH, parse_cohort
+from service.stream.label_classes import SentLabel
 
 MAX_ID_LENGTH = 200
 #: Most items one batch may carry.
@@ -71,15 +74,17 @@ class PredictionBatch:
 
 @dataclass(frozen=True)
 class LabelBatch:
-    """Validated labels as class indices, first occurrence of each id only.
+    """Validated labels as sent, first occurrence of each id only, with the position of that
+    occurrence in the batch (``items``).
 
     ``repeats`` are later occurrences of an id in the same batch: ``(id, label)``.
     """
 
     ids: list[str]
-    labels: list[int]
+    labels: list[SentLabel]
     ts: list[datetime]
-    repeats: list[tuple[str, int]]
+    items: list[int]
+    repeats: list[tuple[str, SentLabel]]
 
 
 def _items(value: Any, path: str, errors: ErrorCollector, context: Context) -> Any:
@@ -226,17 +231,24 @@ def _inputs(value: Any, path: str, errors: ErrorCollector, context: Context) -> 
     return value
 
 
-def _label(value: Any, path: str, errors: ErrorCollector, context: Context) -> int | None:
-    """A class index ``0..K-1`` or a class name, as the class index."""
+def _label(value: Any, path: str, errors: ErrorCollector, context: Context) -> SentLabel | None:
+    """A class index ``0..K-1`` or a class name known to some contract version of the model
+    (``K`` the largest of their class counts), as sent."""
     index_of: Mapping[str, int] = context.about["index_of"]
+    n_classes: int = context.about["n_classes"]
     if isinstance(value, str):
         if value not in index_of:
-            errors.add(path, f"unknown class name {_printable(value)!r}", context.item)
-        return index_of.get(value)
+            errors.add(
+                path,
+                f"{_printable(value)!r} is not a class of any contract version of the model",
+                context.item,
+            )
+            return None
+        return SentLabel(index_of[value], value)
     if type(value) is int:
-        if 0 <= value < len(index_of):
-            return value
-        errors.add(path, f"class index must be in 0..{len(index_of) - 1}", context.item)
+        if 0 <= value < n_classes:
+            return SentLabel(value)
+        errors.add(path, f"class index must be in 0..{n_classes - 1}", context.item)
         return None
     errors.add(path, "expected a class index or a class name", context.item)
     return None
@@ -424,23 +436,26 @@ def parse_predictions_declared(
     )
 
 
-def _label_indices(labels: list[Any], index_of: Mapping[str, int]) -> list[int] | None:
-    """Class indices of valid labels (names or in-range ints), or None if any is not."""
-    indices = []
+def _sent_labels(
+    labels: list[Any], index_of: Mapping[str, int], n_classes: int
+) -> list[SentLabel] | None:
+    """The labels as sent if every one is valid (a known name or an index below ``n_classes``),
+    else None."""
+    sent = []
     for label in labels:
         if type(label) is int:
-            if not 0 <= label < len(index_of):
+            if not 0 <= label < n_classes:
                 return None
-            indices.append(label)
+            sent.append(SentLabel(label))
         elif type(label) is str and label in index_of:
-            indices.append(index_of[label])
+            sent.append(SentLabel(index_of[label], label))
         else:
             return None
-    return indices
+    return sent
 
 
 def _parse_labels_fast(
-    items: Sequence[Any], index_of: Mapping[str, int], now: datetime
+    items: Sequence[Any], index_of: Mapping[str, int], n_classes: int, now: datetime
 ) -> tuple[LabelBatch, int] | None:
     """Validate a clean label batch with set operations; None if anything looks wrong (the
     declared item-by-item path then names every problem). Also returns how many keys and
@@ -456,23 +471,24 @@ def _parse_labels_fast(
         return None
     if not _clean_ids(ids):
         return None
-    indices = _label_indices(raw_labels, index_of)
+    sent = _sent_labels(raw_labels, index_of, n_classes)
     valid = _stamps_in_range(raw_ts, now)
-    if indices is None or valid is None:
+    if sent is None or valid is None:
         return None
-    first: dict[str, int] = {}
+    first: set[str] = set()
     keep: list[int] = []
-    repeats: list[tuple[str, int]] = []
-    for i, (ident, index) in enumerate(zip(ids, indices, strict=True)):
+    repeats: list[tuple[str, SentLabel]] = []
+    for i, (ident, label) in enumerate(zip(ids, sent, strict=True)):
         if ident in first:
-            repeats.append((ident, index))
+            repeats.append((ident, label))
         else:
-            first[ident] = index
+            first.add(ident)
             keep.append(i)
     batch = LabelBatch(
         ids=[ids[i] for i in keep],
-        labels=[indices[i] for i in keep],
+        labels=[sent[i] for i in keep],
         ts=[valid[i] for i in keep],
+        items=keep,
         repeats=repeats,
     )
     return batch, 5 * len(items) + list(map(type, raw_labels)).count(str)
@@ -481,38 +497,41 @@ def _parse_labels_fast(
 def parse_labels(
     items: Sequence[Any],
     *,
-    classes: Sequence[str],
+    index_of: Mapping[str, int],
+    n_classes: int,
     now: datetime | None = None,
     text: JsonText | None = None,
 ) -> LabelBatch:
-    """Validate labels (class index or class name) against ``classes``, timestamps against the
-    time of receipt ``now`` (default: the current time). ``text`` is the body's JSON text, if it
-    came as one: ``InvalidJson`` if an object in it repeats a key."""
+    """Validate labels (a class index below ``n_classes`` or a class name in ``index_of``, with
+    its provisional index: ``label_classes.known_labels``), timestamps against the time of
+    receipt ``now`` (default: the current time). ``text`` is the body's JSON text, if it came as
+    one: ``InvalidJson`` if an object in it repeats a key."""
     now = now or datetime.now(UTC)
-    index_of = {name: k for k, name in enumerate(classes)}
-    fast = _parse_labels_fast(items, index_of, now)
+    fast = _parse_labels_fast(items, index_of, n_classes, now)
     if text is not None and (fast is None or not text.proves_unique_keys(fast[1])):
         text.refuse_repeated_keys()
     if fast is not None:
         return fast[0]
     errors = ErrorCollector()
-    about = {"index_of": index_of}
-    first: dict[str, int] = {}
+    about = {"index_of": index_of, "n_classes": n_classes}
+    first: set[str] = set()
     ids: list[str] = []
-    labels: list[int] = []
+    labels: list[SentLabel] = []
     stamps: list[datetime] = []
-    repeats: list[tuple[str, int]] = []
+    positions: list[int] = []
+    repeats: list[tuple[str, SentLabel]] = []
     for i, item in enumerate(items):
         values = LABEL_ITEM.parse(item, f"labels[{i}]", errors, Context(now, item=i, about=about))
         if errors or values is None:
             continue
-        ident, index = values["id"], values["label"]
+        ident, label = values["id"], values["label"]
         if ident in first:
-            repeats.append((ident, index))
+            repeats.append((ident, label))
             continue
-        first[ident] = index
+        first.add(ident)
         ids.append(ident)
-        labels.append(index)
+        labels.append(label)
         stamps.append(values["ts"])
+        positions.append(i)
     errors.raise_if_any("the labels batch has invalid items; nothing was written")
-    return LabelBatch(ids=ids, labels=labels, ts=stamps, repeats=repeats)
+    return LabelBatch(ids=ids, labels=labels, ts=stamps, items=positions, repeats=repeats)

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from service.common.errors import (
     Conflict,
+    ErrorCollector,
     ErrorDetail,
     NoActiveContract,
     NotFound,
@@ -26,10 +27,10 @@ from service.common.json_text import JsonText
 from service.config import Settings
 from service.contracts import store as contracts_store
 from service.contracts.model import Contract
-from service.contracts.service import current_contract
 from service.stream import prediction_store
 from service.stream.batches import (
     MAX_BATCH_ITEMS,
+    LabelBatch,
     parse_envelope,
     parse_labels,
     parse_predictions,
@@ -49,17 +50,22 @@ from service.stream.idempotency import (
     distinct_cohorts,
     row_bytes,
 )
-from service.stream.instruments import PENDING_LABELS_REJECTED
+from service.stream.instruments import PENDING_LABELS_DISCARDED, PENDING_LABELS_REJECTED
+from service.stream.label_classes import SentLabel, class_index, known_labels, same_label
 from service.stream.retention_store import retention_horizon
 
 
 @dataclass(frozen=True)
 class PredictionsAccepted:
+    """``discarded_pending``: waiting labels of these predictions that named a class their
+    contract does not have (deleted, not counted)."""
+
     model: str
     accepted: int
     duplicates: int
     contract_id: str
     joined_pending: int
+    discarded_pending: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -67,6 +73,7 @@ class PredictionsAccepted:
             "duplicates": self.duplicates,
             "contract_id": self.contract_id,
             "joined_pending_labels": self.joined_pending,
+            "discarded_pending_labels": self.discarded_pending,
         }
 
 
@@ -80,13 +87,26 @@ class LabelsApplied:
     delays_seconds: list[float] = field(default_factory=list)
     rejected_pending: list[str] = field(default_factory=list)
 
-    def compare(self, ident: str, label: int, earlier: int, reason: str) -> None:
-        """Count a label met again: a duplicate if it agrees, else a conflict (not applied)."""
-        if label == earlier:
+    def compare(
+        self,
+        ident: str,
+        label: SentLabel,
+        earlier: SentLabel,
+        classes: Sequence[str] | None,
+        reason: str,
+    ) -> None:
+        """Count a label met again: a duplicate if it agrees (``same_label``, read by the
+        ``classes`` of its prediction's contract if known), else a conflict (not applied)."""
+        if same_label(label, earlier, classes):
             self.duplicates += 1
         else:
             self.conflicts.append(
-                {"id": ident, "label": label, "stored_label": earlier, "reason": reason}
+                {
+                    "id": ident,
+                    "label": label.as_sent(),
+                    "stored_label": earlier.as_sent(),
+                    "reason": reason,
+                }
             )
 
     def to_dict(self) -> dict[str, Any]:
@@ -208,7 +228,12 @@ def ingest_predictions(
                 for i in conflicts
             ],
         )
-    waiting = prediction_store.join_waiting_labels(session, envelope.model, inserted)
+    waiting, discarded = _judge_waiting(
+        session,
+        envelope.model,
+        prediction_store.join_waiting_labels(session, envelope.model, inserted),
+        spec.classes,
+    )
     picked = [i for i in keep if batch.ids[i] in inserted]
     if picked:
         labels = np.array(
@@ -231,7 +256,25 @@ def ingest_predictions(
         duplicates=repeats + len(keep) - len(inserted),
         contract_id=contract.id,
         joined_pending=len(waiting),
+        discarded_pending=discarded,
     )
+
+
+def _judge_waiting(
+    session: Session, model: str, waiting: Mapping[str, SentLabel], classes: Sequence[str]
+) -> tuple[dict[str, int], int]:
+    """Read the waiting labels just met by predictions of a contract of ``classes``: returns
+    ``{id: class index}`` of those it knows, and how many it does not (deleted)."""
+    judged = {ident: class_index(label, classes) for ident, label in waiting.items()}
+    unknown = sorted(ident for ident, index in judged.items() if index is None)
+    prediction_store.discard_labels(session, model, unknown)
+    known = {ident: index for ident, index in judged.items() if index is not None}
+    prediction_store.set_label_indices(
+        session, model, [(i, k) for i, k in sorted(known.items()) if k != waiting[i].index]
+    )
+    if unknown:
+        PENDING_LABELS_DISCARDED.labels(model).inc(len(unknown))
+    return known, len(unknown)
 
 
 def ingest_labels(
@@ -243,27 +286,31 @@ def ingest_labels(
 ) -> LabelsApplied:
     """Join labels to their predictions; keep early ones pending; report duplicates/conflicts.
 
+    A label is read by the classes of the contract its prediction is bound to: one that
+    contract does not have refuses the batch (422 naming the item), nothing written. A label
+    waiting for its prediction needs only to be a class of some version of the model; it is
+    judged when its prediction arrives (``ingest_predictions``).
+
     ``text``: as for ``ingest_predictions``."""
     envelope = parse_envelope(body, "labels", MAX_BATCH_ITEMS, text)
     _model_or_404(session, envelope.model)
+    versions = {v.id: v for v in contracts_store.model_classes(session, envelope.model)}
+    index_of, n_classes = known_labels([v.classes for v in versions.values()])
     batch = parse_labels(
-        envelope.items,
-        classes=current_contract(session, envelope.model, now).spec.classes,
-        now=now,
-        text=envelope.text,
+        envelope.items, index_of=index_of, n_classes=n_classes, now=now, text=envelope.text
     )
     result = LabelsApplied(model=envelope.model)
-    first_label = dict(zip(batch.ids, batch.labels, strict=True))
-    for ident, label in batch.repeats:
-        result.compare(ident, label, first_label[ident], "repeated in the batch")
     # In key order, the primary-key probes and inserts walk the indexes in order.
-    staged = sorted(zip(batch.ids, batch.labels, batch.ts, strict=True))
+    staged = sorted(
+        (ident, label.index, label.name, ts)
+        for ident, label, ts in zip(batch.ids, batch.labels, batch.ts, strict=True)
+    )
     joined, waiting, stored = prediction_store.record_labels(session, envelope.model, staged, now)
+    item_of = dict(zip(batch.ids, batch.items, strict=True))
+    _judge_joined(session, envelope.model, joined, versions, item_of)
     result.rejected_pending = _cap_waiting(session, envelope.model, waiting, settings)
     result.pending = len(waiting) - len(result.rejected_pending)
-    for ident, label, _ in staged:
-        if ident in stored:
-            result.compare(ident, label, stored[ident], "a different label was received before")
+    _compare_repeats(session, result, batch, joined, stored, versions)
     result.joined = len(joined.ids)
     result.delays_seconds = (joined.label_seconds - joined.seconds).astype(float).tolist()
     _count_joined(session, envelope.model, joined)
@@ -271,6 +318,80 @@ def ingest_labels(
     if result.rejected_pending:
         PENDING_LABELS_REJECTED.labels(envelope.model).inc(len(result.rejected_pending))
     return result
+
+
+def _judge_joined(
+    session: Session,
+    model: str,
+    joined: prediction_store.JoinedLabels,
+    versions: Mapping[str, contracts_store.VersionClasses],
+    item_of: Mapping[str, int],
+) -> None:
+    """Read each just-joined label by its prediction's contract: store the class index it
+    means there, or refuse the batch (``ValidationFailed`` naming each item, nothing written)
+    if that contract has no such class. When every version has the same classes, the labels
+    already hold the indices they mean (``parse_labels`` checked them), and nothing is read."""
+    if len({v.classes for v in versions.values()}) == 1:
+        return
+    errors = ErrorCollector()
+    fixes: list[tuple[str, int]] = []
+    for r, (ident, contract_id) in enumerate(zip(joined.ids, joined.contract_ids, strict=True)):
+        label = SentLabel(int(joined.labels[r]), joined.names[r])
+        version = versions[contract_id]
+        index = class_index(label, version.classes)
+        if index is None:
+            errors.add(
+                f"labels[{item_of[ident]}].label",
+                f"{_shown(label)} is not a class of contract version {version.version}"
+                f" ({contract_id}), the contract of prediction {_shown_id(ident)}",
+                item_of[ident],
+            )
+        elif index != label.index:
+            fixes.append((ident, index))
+            joined.labels[r] = index
+    errors.raise_if_any(
+        "labels name classes the contracts of their predictions do not have; nothing from this"
+        " batch was written"
+    )
+    prediction_store.set_label_indices(session, model, fixes)
+
+
+def _shown(label: SentLabel) -> str:
+    if label.name is None:
+        return f"class index {label.index}"
+    return f"class name {ascii(label.name)[1:-1][:64]!r}"
+
+
+def _shown_id(ident: str) -> str:
+    return repr(ascii(ident)[1:-1][:64])
+
+
+def _compare_repeats(
+    session: Session,
+    result: LabelsApplied,
+    batch: LabelBatch,
+    joined: prediction_store.JoinedLabels,
+    stored: Mapping[str, SentLabel],
+    versions: Mapping[str, contracts_store.VersionClasses],
+) -> None:
+    """Count the labels met again, in the batch or stored before, as duplicates or conflicts,
+    each read by its prediction's contract when it matters and the prediction is stored (a
+    label sent by name and one by index)."""
+    first = dict(zip(batch.ids, batch.labels, strict=True))
+    again = [(i, label, first[i], "repeated in the batch") for i, label in batch.repeats]
+    again += [
+        (ident, first[ident], earlier, "a different label was received before")
+        for ident, earlier in sorted(stored.items())
+    ]
+    contract_of = dict(zip(joined.ids, joined.contract_ids, strict=True))
+    mixed = sorted(
+        {i for i, a, b, _ in again if (a.name is None) != (b.name is None)} - contract_of.keys()
+    )
+    contract_of.update(prediction_store.prediction_contracts(session, result.model, mixed))
+    for ident, label, earlier, reason in again:
+        contract_id = contract_of.get(ident)
+        classes = None if contract_id is None else versions[contract_id].classes
+        result.compare(ident, label, earlier, classes, reason)
 
 
 def _cap_waiting(session: Session, model: str, waiting: list[str], settings: Settings) -> list[str]:
@@ -313,8 +434,26 @@ def _count_joined(session: Session, model: str, joined: prediction_store.JoinedL
 
 
 def sweep_waiting_labels(session: Session, model: str) -> int:
-    """Join labels left waiting though their prediction is stored (a concurrent-write race)."""
+    """Join labels left waiting though their prediction is stored (a concurrent-write race),
+    each read by its prediction's contract (a label that contract has no class for is deleted
+    and counted in ``calmon_pending_labels_discarded``); returns how many were joined."""
     joined = prediction_store.sweep_waiting_labels(session, model)
+    versions = {v.id: v for v in contracts_store.model_classes(session, model)}
+    keep: list[int] = []
+    for contract_id in sorted(set(joined.contract_ids)):
+        rows = [r for r, c in enumerate(joined.contract_ids) if c == contract_id]
+        classes = versions[contract_id].classes
+        known, _ = _judge_waiting(
+            session,
+            model,
+            {joined.ids[r]: SentLabel(int(joined.labels[r]), joined.names[r]) for r in rows},
+            classes,
+        )
+        for r in rows:
+            if joined.ids[r] in known:
+                joined.labels[r] = known[joined.ids[r]]
+                keep.append(r)
+    joined = joined.take(sorted(keep))
     _count_joined(session, model, joined)
     session.commit()
     return len(joined.ids)

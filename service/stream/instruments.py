@@ -14,3 +14,9 @@ PENDING_LABELS_REJECTED = Counter(
     "Labels refused because CALMON_MAX_PENDING_LABELS labels already wait for their prediction.",
     ["model"],
 )
+PENDING_LABELS_DISCARDED = Counter(
+    "calmon_pending_labels_discarded",
+    "Waiting labels deleted when their prediction arrived: its contract has no class by the"
+    " label's name or index.",
+    ["model"],
+)

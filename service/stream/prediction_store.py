@@ -13,7 +13,8 @@ from sqlalchemy.orm import Session
 
 from service.db import staging
 from service.db.backend import backend_of
-from service.db.models import LabelRecord
+from service.db.models import LabelRecord, PredictionRecord
+from service.stream.label_classes import SentLabel
 
 #: A label still waiting for its prediction, in the words of the partial index
 #: ``ix_labels_waiting`` (``NOT joined``): neither planner matches the index to the forms
@@ -25,12 +26,20 @@ _WAITING = text("NOT labels.joined")
 StagedPrediction = tuple[str, datetime, str, str, bytes]
 
 
+#: A validated label ready to store: (id, class index, class name as sent or None, ts); the
+#: index of a label sent by name is provisional (``LabelRecord``).
+StagedLabel = tuple[str, int, str | None, datetime]
+
+
 @dataclass(frozen=True)
 class JoinedLabels:
     """Predictions whose labels were just recorded, column by column (R rows).
 
     ``seconds`` and ``label_seconds`` are whole seconds since the epoch of the prediction's event
     time and of the label's; ``inputs`` the stored raw bytes; ``slices`` the stored JSON lists.
+    ``labels`` are the stored class indices (provisional for a label sent by name until judged
+    by the prediction's contract) and ``names`` the class names the labels were sent with (None
+    for a label sent as an index).
     """
 
     ids: list[str]
@@ -40,6 +49,21 @@ class JoinedLabels:
     slices: list[str]
     inputs: list[bytes]
     labels: np.ndarray
+    names: list[str | None]
+
+    def take(self, rows: Sequence[int]) -> JoinedLabels:
+        """The rows ``rows`` only, in that order."""
+        at = np.asarray(rows, dtype=np.int64)
+        return JoinedLabels(
+            ids=[self.ids[r] for r in rows],
+            contract_ids=[self.contract_ids[r] for r in rows],
+            seconds=self.seconds[at],
+            label_seconds=self.label_seconds[at],
+            slices=[self.slices[r] for r in rows],
+            inputs=[self.inputs[r] for r in rows],
+            labels=self.labels[at],
+            names=[self.names[r] for r in rows],
+        )
 
 
 def insert_predictions(
@@ -73,10 +97,11 @@ def insert_predictions(
     return inserted, conflicts
 
 
-def join_waiting_labels(session: Session, model: str, ids: set[str]) -> dict[str, int]:
+def join_waiting_labels(session: Session, model: str, ids: set[str]) -> dict[str, SentLabel]:
     """Mark as joined the waiting labels of the just-inserted predictions ``ids``.
 
-    Returns ``{id: label}``; nothing to do, and one probe of the partial index, when no label
+    Returns ``{id: label as sent}`` (for the caller to judge by the predictions' contract);
+    nothing to do, and one probe of the partial index, when no label
     of ``model`` waits. Looks only at the staged predictions of this batch, matched with the
     waiting labels by a join whose cost grows with the sum of the two, never their product
     (``Backend.linear_joins``): the planner's estimate of how many labels wait is often far off
@@ -91,11 +116,11 @@ def join_waiting_labels(session: Session, model: str, ids: set[str]) -> dict[str
         rows = session.execute(
             text(
                 "UPDATE labels SET joined = true WHERE model = :model AND NOT joined"
-                " AND id IN (SELECT id FROM stage_predictions) RETURNING id, label"
+                " AND id IN (SELECT id FROM stage_predictions) RETURNING id, label, label_name"
             ),
             {"model": model},
         ).all()
-    waiting = {row[0]: int(row[1]) for row in rows}
+    waiting = {row[0]: SentLabel(int(row[1]), row[2]) for row in rows}
     stray = set(waiting) - ids
     if stray:
         session.execute(
@@ -106,13 +131,14 @@ def join_waiting_labels(session: Session, model: str, ids: set[str]) -> dict[str
 
 
 def record_labels(
-    session: Session, model: str, labels: Sequence[tuple[str, int, datetime]], now: datetime
-) -> tuple[JoinedLabels, list[str], dict[str, int]]:
+    session: Session, model: str, labels: Sequence[StagedLabel], now: datetime
+) -> tuple[JoinedLabels, list[str], dict[str, SentLabel]]:
     """Store new labels; join those whose prediction is stored.
 
     Returns ``(joined, ids of the new labels left waiting for their prediction (sorted),
-    {id: label stored before})``; the last covers ids that had a label already (duplicates or
-    conflicts, never overwritten).
+    {id: label stored before, as sent})``; the last covers ids that had a label already
+    (duplicates or conflicts, never overwritten). The joined labels are not judged here: the
+    caller reads them by their predictions' contracts (``set_label_indices``).
     """
     staging.load(session, "stage_labels", labels)
     recorded = backend_of(session).record_staged_labels(session, {"model": model, "now": now})
@@ -124,15 +150,16 @@ def record_labels(
         slices=recorded.slices,
         inputs=recorded.inputs,
         labels=np.array(recorded.labels, dtype=np.int64),
+        names=_names_of(labels, recorded.ids),
     )
-    stored: dict[str, int] = {}
+    stored: dict[str, SentLabel] = {}
     if len(recorded.ids) + len(recorded.waiting) < len(labels):
         fresh_ids = {*recorded.ids, *recorded.waiting}
         stored = {
-            row[0]: int(row[1])
+            row[0]: SentLabel(int(row[1]), row[2])
             for row in session.execute(
                 text(
-                    "SELECT s.id, l.label FROM stage_labels s JOIN labels l"
+                    "SELECT s.id, l.label, l.label_name FROM stage_labels s JOIN labels l"
                     " ON l.model = :model AND l.id = s.id"
                 ),
                 {"model": model},
@@ -140,6 +167,42 @@ def record_labels(
             if row[0] not in fresh_ids
         }
     return joined, sorted(recorded.waiting), stored
+
+
+def _names_of(labels: Sequence[StagedLabel], ids: Sequence[str]) -> list[str | None]:
+    """The class names (or None) the staged ``labels`` of ``ids`` were sent with."""
+    name_of = {label[0]: label[2] for label in labels}
+    return [name_of[i] for i in ids]
+
+
+def set_label_indices(session: Session, model: str, indices: Sequence[tuple[str, int]]) -> None:
+    """Store the class indices ``(id, index)`` of labels of ``model`` as judged by their
+    predictions' contracts."""
+    if indices:
+        session.execute(
+            text("UPDATE labels SET label = :label WHERE model = :model AND id = :id"),
+            [{"model": model, "id": i, "label": k} for i, k in indices],
+        )
+
+
+def discard_labels(session: Session, model: str, ids: Sequence[str]) -> None:
+    """Delete the labels ``ids`` of ``model`` (labels just met by a prediction whose contract
+    has no class of that name or index)."""
+    if ids:
+        session.execute(
+            delete(LabelRecord).where(LabelRecord.model == model, LabelRecord.id.in_(ids))
+        )
+
+
+def prediction_contracts(session: Session, model: str, ids: Sequence[str]) -> dict[str, str]:
+    """``{id: contract id}`` of the stored predictions among ``ids`` of ``model``."""
+    found: dict[str, str] = {}
+    for start in range(0, len(ids), 1000):
+        query = select(PredictionRecord.id, PredictionRecord.contract_id).where(
+            PredictionRecord.model == model, PredictionRecord.id.in_(ids[start : start + 1000])
+        )
+        found.update((row[0], row[1]) for row in session.execute(query))
+    return found
 
 
 def count_waiting_labels(session: Session, model: str) -> int:
@@ -204,7 +267,7 @@ def sweep_waiting_labels(session: Session, model: str) -> JoinedLabels:
             text("UPDATE labels SET joined = true WHERE model = :model AND id = :id"),
             [{"model": model, "id": r[0]} for r in rows],
         )
-    cols: list[tuple[Any, ...]] = list(zip(*rows, strict=True)) if rows else [()] * 7
+    cols: list[tuple[Any, ...]] = list(zip(*rows, strict=True)) if rows else [()] * 8
     return JoinedLabels(
         ids=list(cols[0]),
         contract_ids=list(cols[3]),
@@ -213,6 +276,7 @@ def sweep_waiting_labels(session: Session, model: str) -> JoinedLabels:
         slices=list(cols[5]),
         inputs=[bytes(b) for b in cols[6]],
         labels=np.array(cols[1], dtype=np.int64),
+        names=list(cols[7]),
     )
 
 

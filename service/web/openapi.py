@@ -233,6 +233,19 @@ SCHEMAS: dict[str, Any] = {
     "ContractList": _record(
         {
             "contracts": {"type": "array", "items": _ref("Contract")},
+            "unreadable": {
+                "type": "array",
+                "description": "stored contracts whose fields cannot be read back",
+                "items": _record(
+                    {
+                        "id": {"type": "string"},
+                        "model": {"type": "string"},
+                        "version": {"type": "integer"},
+                        "problem": {"type": "string"},
+                    },
+                    ["id", "model", "version", "problem"],
+                ),
+            },
             "next_cursor": {"type": ["string", "null"]},
         },
         ["contracts", "next_cursor"],
@@ -256,6 +269,11 @@ SCHEMAS: dict[str, Any] = {
             "joined_pending_labels": {
                 "type": "integer",
                 "description": "labels that waited for these predictions and are now joined",
+            },
+            "discarded_pending_labels": {
+                "type": "integer",
+                "description": "labels that waited for these predictions and are deleted: the"
+                " predictions' contract has no class by their name or index",
             },
         },
         ["accepted", "duplicates", "contract_id"],

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
@@ -305,14 +305,21 @@ class FleetPage:
     decisions: dict[str, GateDecision]
     count_window: str
     now: datetime
+    unreadable: dict[str, str] = field(default_factory=dict)
 
 
 def fleet_page(session: Session, windows: Sequence[str], now: datetime, page: int = 1) -> FleetPage:
-    """Build one page of the fleet overview from the stored readings."""
+    """Build one page of the fleet overview from the stored readings; ``unreadable`` flags the
+    page's models whose current contract cannot be read back (``{model: why}``), which are
+    listed as the others are."""
     fleet = fleet_overview(session, windows, now, page)
+    problems = contracts_service.unreadable_among(session, [m.contract.id for m in fleet.models])
     return FleetPage(
         fleet=fleet,
         decisions=gate_record.latest_decisions(session, [m.model for m in fleet.models]),
         count_window="24h" if "24h" in windows else windows[0],
         now=now,
+        unreadable={
+            m.model: problems[m.contract.id] for m in fleet.models if m.contract.id in problems
+        },
     )

@@ -55,11 +55,12 @@ COUNTERS = frozenset(
         "calmon_predictions_ingested_total",
         "calmon_labels_ingested_total",
         "calmon_rejected_items_total",
-        # The refresher's failed model refreshes and the pending labels' expiries and
-        # rejections (all {model}).
+        # The refresher's failed model refreshes and the pending labels' expiries,
+        # rejections and discards (all {model}).
         "calmon_refresh_failures_total",
         "calmon_pending_labels_expired_total",
         "calmon_pending_labels_rejected_total",
+        "calmon_pending_labels_discarded_total",
     }
 )
 # Live gauges computed on each scrape, about the stored readings themselves.

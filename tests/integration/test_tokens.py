@@ -134,3 +134,43 @@ def test_token_rotation_through_the_cli(
     with db.session() as session:
         revoked = list_events(session, type="token_revoked")
     assert [e.details["name"] for e in revoked] == ["reader-2026-11"]
+
+
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        ("forged\treader\tcreated 2026 by x\tlive\nnext", "control character"),
+        ("line\u2028separator", "control character"),
+        ("a" * 101, "1 to 100 characters"),
+        ("a" * 150, "1 to 100 characters"),
+        ("", "1 to 100 characters"),
+    ],
+)
+def test_a_token_name_out_of_bounds_is_refused_naming_the_field(
+    db: Database, database_url: str, name: str, problem: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from service.auth.service import create_token
+    from service.auth.tokens import Role
+    from service.cli import main
+    from service.common.errors import ValidationFailed
+
+    with db.session() as session, pytest.raises(ValidationFailed) as info:
+        create_token(session, role=Role.READER, name=name, actor="test")
+    assert [d.field for d in info.value.details] == ["name"]
+    assert problem in info.value.details[0].message
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CALMON_DATABASE_URL", database_url)
+        assert main(["token", "create", "--role", "reader", "--name", name or "x" * 101]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("calmon: invalid token name") and "Traceback" not in err
+    with db.session() as session:
+        assert session.scalars(select(ApiToken.name)).all() == []
+
+
+def test_a_name_of_100_characters_is_a_token_name(db: Database) -> None:
+    from service.auth.service import create_token
+    from service.auth.tokens import Role
+
+    with db.session() as session:
+        create_token(session, role=Role.READER, name="é" * 100, actor="test")
+        assert session.scalars(select(ApiToken.name)).all() == ["é" * 100]

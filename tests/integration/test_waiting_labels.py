@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from service.db import staging
 from service.db.database import Database
 from service.stream import prediction_store
+from service.stream.label_classes import SentLabel
 from tests.integration.conftest import BACKEND
 from tests.integration.test_served import wait_until
 
@@ -46,7 +47,7 @@ def plans_of(session: Session, marker: str) -> Iterator[list[str]]:
 
 def store_waiting_labels(session: Session, ids: list[str]) -> None:
     joined, waiting, _ = prediction_store.record_labels(
-        session, "m", [(i, 1, NOW) for i in sorted(ids)], NOW
+        session, "m", [(i, 1, None, NOW) for i in sorted(ids)], NOW
     )
     assert joined.ids == [] and waiting == sorted(ids)
 
@@ -86,7 +87,7 @@ def test_a_batch_meets_the_waiting_labels_without_a_nested_loop(db: Database) ->
     # The premise: believing one label waits, the planner would scan the staged ids once per
     # waiting label, which is every pair when many more wait than the statistics say.
     assert "Nested Loop" in unguarded, unguarded
-    assert found == {"p00007": 1}
+    assert found == {"p00007": SentLabel(1)}
     assert len(plans) == 1 and "Nested Loop" not in plans[0], plans
     assert setting == "on"
 
@@ -99,7 +100,7 @@ def test_a_label_a_concurrent_batch_commits_first_counts_as_stored_before(db: Da
     def second() -> None:
         with db.session() as session:
             outcome["recorded"] = prediction_store.record_labels(
-                session, "m", [("a", 2, NOW), ("x", 2, NOW)], NOW
+                session, "m", [("a", 2, None, NOW), ("x", 2, None, NOW)], NOW
             )
             session.commit()
 
@@ -123,7 +124,7 @@ def test_a_label_a_concurrent_batch_commits_first_counts_as_stored_before(db: Da
         first.commit()
     thread.join(30)
     joined, waiting, stored = outcome["recorded"]
-    assert (joined.ids, waiting, stored) == ([], ["a"], {"x": 1})
+    assert (joined.ids, waiting, stored) == ([], ["a"], {"x": SentLabel(1)})
     with db.session() as session:
         assert prediction_store.count_waiting_labels(session, "m") == 2
 
@@ -135,9 +136,17 @@ def test_resent_and_overlapping_batches_keep_the_labels_stored_first(db: Databas
         store_waiting_labels(session, ["a", "b"])
         session.commit()
     batches = {
-        "resent": ([("a", 1, NOW), ("b", 1, NOW)], [], {"a": 1, "b": 1}),
-        "overlapping": ([("b", 3, NOW), ("c", 2, NOW), ("d", 0, NOW)], ["c", "d"], {"b": 1}),
-        "fresh": ([("e", 4, NOW)], ["e"], {}),
+        "resent": (
+            [("a", 1, None, NOW), ("b", 1, None, NOW)],
+            [],
+            {"a": SentLabel(1), "b": SentLabel(1)},
+        ),
+        "overlapping": (
+            [("b", 3, None, NOW), ("c", 2, None, NOW), ("d", 0, None, NOW)],
+            ["c", "d"],
+            {"b": SentLabel(1)},
+        ),
+        "fresh": ([("e", 4, None, NOW)], ["e"], {}),
     }
     for name, (labels, new, stored_before) in batches.items():
         with db.session() as session:

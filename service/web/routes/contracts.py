@@ -11,6 +11,7 @@ from service.common.clock import utcnow
 from service.common.errors import ErrorCollector
 from service.common.values import NAME_PATTERN, expect_str
 from service.contracts import service as contracts_service
+from service.contracts.model import Contract
 from service.contracts.requests import parse_fit_request, parse_registration, parse_retirement
 from service.web.auth import current_principal, requires
 from service.web.bodies import json_body
@@ -65,7 +66,13 @@ def list_contracts() -> Response:
     )
     page = rows[:limit]
     next_cursor = encode_cursor(page[-1][0]) if len(rows) > limit else None
-    return jsonify({"contracts": [c.to_dict() for _, c in page], "next_cursor": next_cursor})
+    return jsonify(
+        {
+            "contracts": [c.to_dict() for _, c in page if isinstance(c, Contract)],
+            "unreadable": [c.to_dict() for _, c in page if not isinstance(c, Contract)],
+            "next_cursor": next_cursor,
+        }
+    )
 
 
 def _model_arg() -> str | None:

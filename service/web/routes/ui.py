@@ -36,7 +36,14 @@ from werkzeug.wrappers import Response as BaseResponse
 
 from service.auth.tokens import Permission, Principal
 from service.common.clock import utcnow
-from service.common.errors import CalmonError, ErrorDetail, NotFound, ValidationFailed
+from service.common.errors import (
+    CalmonError,
+    Conflict,
+    ErrorDetail,
+    NotFound,
+    UnreadableContract,
+    ValidationFailed,
+)
 from service.contracts import service as contracts_service
 from service.stream import history as histories
 from service.stream import readings as monitoring
@@ -237,13 +244,20 @@ def sign_out() -> BaseResponse:
 
 
 def _error_page(viewer: Principal, exc: CalmonError) -> Response:
-    """A use case's refusal as a page: 404 for what does not exist, else 422."""
-    missing = isinstance(exc, NotFound)
+    """A use case's refusal as a page: 404 for what does not exist, 409 for stored state that
+    stands in the way (an unreadable contract), else 422."""
+    status, heading = 422, "invalid request"
+    if isinstance(exc, NotFound):
+        status, heading = 404, "not found"
+    elif isinstance(exc, UnreadableContract):
+        status, heading = 409, "unreadable contract"
+    elif isinstance(exc, Conflict):
+        status, heading = 409, "conflict"
     return _page(
         "ui/error.html",
-        404 if missing else 422,
+        status,
         principal=viewer,
-        heading="not found" if missing else "invalid request",
+        heading=heading,
         message=exc.message,
         details=[f"{d.field}: {d.message}" for d in exc.details],
     )

@@ -19,8 +19,11 @@ from service.stream.batches import (
     parse_labels,
     parse_predictions,
 )
+from service.stream.label_classes import SentLabel
 
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
+#: Labels of a model whose one contract has the classes ``a``, ``b``.
+AB: dict[str, Any] = {"index_of": {"a": 0, "b": 1}, "n_classes": 2}
 
 
 def _prediction(**fields: Any) -> dict[str, Any]:
@@ -61,7 +64,7 @@ def test_labels_refuse_timestamps_out_of_range() -> None:
         {"id": "b", "label": "b", "ts": "0001-01-01T00:00:00Z"},
     ]
     with pytest.raises(ValidationFailed) as info:
-        parse_labels(items, classes=["a", "b"], now=NOW)
+        parse_labels(items, **AB, now=NOW)
     assert [(d.field, d.item) for d in info.value.details] == [("labels[1].ts", 1)]
 
 
@@ -108,8 +111,13 @@ def test_labels_keep_the_first_of_repeated_ids_and_report_the_rest() -> None:
         {"id": "a", "label": 0, "ts": "2026-11-30T11:00:00Z"},
         {"id": "c", "label": 1, "ts": "2026-11-30T11:00:00Z"},
     ]
-    batch = parse_labels(items, classes=["a", "b"], now=NOW)
-    assert (batch.ids, batch.labels, batch.repeats) == (["a", "c"], [1, 1], [("a", 0)])
+    batch = parse_labels(items, **AB, now=NOW)
+    assert (batch.ids, batch.labels, batch.items, batch.repeats) == (
+        ["a", "c"],
+        [SentLabel(1, "b"), SentLabel(1)],
+        [0, 2],
+        [("a", SentLabel(0))],
+    )
 
 
 def test_the_envelope_names_the_model_and_the_items() -> None:
@@ -150,7 +158,7 @@ def test_the_fast_path_proves_a_clean_label_batch_free_of_repeated_keys() -> Non
     ]
     raw = orjson.dumps({"model": "m", "labels": items})
     text, parsed = _text_and_items(raw, "labels")
-    fast = _parse_labels_fast(parsed, {"a": 0, "b": 1}, NOW)
+    fast = _parse_labels_fast(parsed, {"a": 0, "b": 1}, 2, NOW)
     assert text is not None and fast is not None and text.proves_unique_keys(fast[1])
 
 
@@ -188,7 +196,7 @@ def test_a_label_batch_repeating_a_key_is_refused_naming_it() -> None:
     raw = _raw('{"model": "m", "labels": [{"id": "a", "label": 0, "label": 1, "ts": TS}]}')
     text, items = _text_and_items(raw, "labels")
     with pytest.raises(InvalidJson) as info:
-        parse_labels(items, classes=["a", "b"], now=NOW, text=text)
+        parse_labels(items, **AB, now=NOW, text=text)
     assert [(d.field, d.item) for d in info.value.details] == [("labels[0].label", 0)]
 
 
@@ -196,7 +204,7 @@ def test_an_envelope_repeating_a_key_is_refused_naming_it() -> None:
     raw = _raw('{"model": "m", "model": "n", "labels": [{"id": "a", "label": 0, "ts": TS}]}')
     text, items = _text_and_items(raw, "labels")
     with pytest.raises(InvalidJson) as info:
-        parse_labels(items, classes=["a", "b"], now=NOW, text=text)
+        parse_labels(items, **AB, now=NOW, text=text)
     assert [d.field for d in info.value.details] == ["model"]
     # The envelope itself refused (the items' key holds no list): the repeat is named first.
     raw = _raw('{"model": "m", "labels": [{"id": "a", "label": 0, "ts": TS}], "labels": 1}')
@@ -207,4 +215,4 @@ def test_an_envelope_repeating_a_key_is_refused_naming_it() -> None:
 def test_an_escaped_quote_in_an_id_is_no_repeated_key() -> None:
     raw = _raw('{"model": "m", "labels": [{"id": "a\\"b", "label": 0, "ts": TS}]}')
     text, items = _text_and_items(raw, "labels")
-    assert parse_labels(items, classes=["a", "b"], now=NOW, text=text).ids == ['a"b']
+    assert parse_labels(items, **AB, now=NOW, text=text).ids == ['a"b']
