@@ -16,7 +16,7 @@ from flask import Blueprint, Response, jsonify
 
 from service.audit.records import LISTED_PROBLEMS
 from service.auth.tokens import Permission
-from service.common.fields import Text
+from service.common.fields import Text, Timestamp
 from service.common.values import MAX_JSON_INTEGER, NAME_PATTERN
 from service.contracts.requests import FIT, REGISTRATION, RETIREMENT
 from service.gate.requests import GATE_REQUEST
@@ -34,7 +34,9 @@ _NUMBER = {"type": "number"}
 _NULLABLE_NUMBER = {"type": ["number", "null"]}
 _FRACTION = {"type": "number", "minimum": 0, "maximum": 1}
 _COUNT = {"type": "integer", "minimum": 0, "maximum": MAX_JSON_INTEGER}
-_TIMESTAMP = {"type": "string", "format": "date-time"}
+_TIMESTAMP = Timestamp().schema()
+#: A query value that must not be empty.
+_NON_EMPTY = {"type": "string", "minLength": 1}
 _NAME = Text(pattern=NAME_PATTERN).schema()
 _CI = {"type": "array", "minItems": 2, "maxItems": 2, "items": _FRACTION}
 
@@ -176,9 +178,21 @@ SCHEMAS: dict[str, Any] = {
     "ContractList": _record(
         {
             "contracts": {"type": "array", "items": _ref("Contract")},
+            "unreadable": {
+                "type": "array",
+                "items": _record(
+                    {
+                        "id": {"type": "string"},
+                        "model": {"type": "string"},
+                        "version": {"type": "integer"},
+                        "problem": {"type": "string"},
+                    },
+                    ["id", "model", "version", "problem"],
+                ),
+            },
             "next_cursor": {"type": ["string", "null"]},
         },
-        ["contracts", "next_cursor"],
+        ["contracts", "unreadable", "next_cursor"],
     ),
     "Verification": _record(
         {
@@ -193,8 +207,16 @@ SCHEMAS: dict[str, Any] = {
             "accepted": {"type": "integer"},
             "duplicates": {"type": "integer"},
             "contract_id": {"type": "string"},
+            "joined_pending_labels": {"type": "integer"},
+            "discarded_pending_labels": {"type": "integer"},
         },
-        ["accepted", "duplicates", "contract_id"],
+        [
+            "accepted",
+            "duplicates",
+            "contract_id",
+            "joined_pending_labels",
+            "discarded_pending_labels",
+        ],
     ),
     "LabelsApplied": _record(
         {
@@ -404,19 +426,19 @@ def _op(
 _CONTRACT_ID = _param("contract_id", "path")
 _MODEL_PATH = _param("model", "path")
 _LIMIT = _param("limit", schema={"type": "integer", "minimum": 1, "maximum": MAX_LIMIT})
-_CURSOR = _param("cursor")
+_CURSOR = _param("cursor", schema=_NON_EMPTY)
 _MODEL_QUERY = _param("model", schema=_NAME)
 _WINDOW_PARAMS = [
     _param("window", schema={"type": "string", "pattern": "^[1-9][0-9]{0,7}[smhd]$"}),
     _param("start", schema=_TIMESTAMP),
     _param("end", schema=_TIMESTAMP),
-    _param("cohort"),
+    _param("cohort", schema=_NON_EMPTY),
 ]
 _HISTORY_PARAMS = [
     _param("start", schema=_TIMESTAMP),
     _param("end", schema=_TIMESTAMP),
     _param("step", schema={"type": "string", "pattern": "^[1-9][0-9]{0,7}[smhd]$"}),
-    _param("cohort"),
+    _param("cohort", schema=_NON_EMPTY),
 ]
 _SVG = _reply("SVG", {"type": "string"}, "image/svg+xml")
 
