@@ -57,6 +57,19 @@ def json_pattern(pattern: re.Pattern[str]) -> str:
     return f"^{text}$"
 
 
+#: Text without NUL (PostgreSQL's text cannot hold one): ``\u0000`` reads as NUL in ECMA 262
+#: patterns as in Python's.
+NO_NUL_PATTERN = r"^[^\u0000]*$"
+#: An RFC 3339 timestamp with a zone, from the year 2000 on (the earliest accepted; the latest,
+#: a day after receipt, moves with the clock and is left to validation).
+TIMESTAMP_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "format": "date-time",
+    "pattern": r"^[2-9][0-9]{3}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?"
+    r"([Zz]|[+-][0-9]{2}:[0-9]{2})$",
+}
+
+
 def _nullable(schema: dict[str, Any], nullable: bool) -> dict[str, Any]:
     if not nullable:
         return schema
@@ -119,7 +132,7 @@ class Text(Field):
         elif self.pattern is not None:
             out["pattern"] = json_pattern(self.pattern)
         else:
-            out.update(minLength=1, maxLength=self.max_length)
+            out.update(minLength=1, maxLength=self.max_length, pattern=NO_NUL_PATTERN)
         return _nullable(out, self.nullable)
 
 
@@ -177,7 +190,7 @@ class Timestamp(Field):
         return expect_timestamp(value, path, errors, now=context.now, item=context.item)
 
     def schema(self) -> dict[str, Any]:
-        return {"type": "string", "format": "date-time"}
+        return dict(TIMESTAMP_SCHEMA)
 
 
 @dataclass(frozen=True)
@@ -274,10 +287,13 @@ class Custom(Field):
 
 @dataclass(frozen=True)
 class Body:
-    """A request body: its name in the OpenAPI document and its declaration."""
+    """A request body: its name in the OpenAPI document and its declaration; ``all_of`` adds
+    schemas the body must also satisfy (rules that tie fields together, such as which inputs a
+    task takes), for the document only: the declaration's parse enforces them."""
 
     name: str
     declaration: Obj
+    all_of: tuple[dict[str, Any], ...] = ()
 
     def parse(
         self,
@@ -291,4 +307,7 @@ class Body:
         return {} if values is None else values
 
     def schema(self) -> dict[str, Any]:
-        return self.declaration.schema()
+        out = self.declaration.schema()
+        if self.all_of:
+            out["allOf"] = list(self.all_of)
+        return out

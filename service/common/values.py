@@ -33,6 +33,8 @@ _RFC3339 = re.compile(
     r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})", re.ASCII
 )
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}\Z")
+#: The fraction of a timestamp's seconds (right after them, at offset 19).
+_LEAP_FRACTION = re.compile(r"(?<=^.{19})\.\d+")
 MAX_JSON_INTEGER = 2**53 - 1
 EARLIEST_TIMESTAMP = datetime(2000, 1, 1, tzinfo=UTC)
 MAX_FUTURE = timedelta(days=1)
@@ -179,9 +181,16 @@ def expect_int(
 
 
 def parse_timestamp(value: Any) -> datetime | None:
-    """Parse an RFC 3339 timestamp with a zone into an aware UTC datetime, else ``None``."""
+    """Parse an RFC 3339 timestamp with a zone into an aware UTC datetime, else ``None``.
+
+    A leap second (seconds ``60``, with any fraction) reads as the last microsecond of the
+    second before it: ``23:59:60Z`` is ``23:59:59.999999Z`` (Python's datetime has no 61st
+    second), so it keeps its order among the timestamps around it."""
     if not isinstance(value, str) or not _RFC3339.fullmatch(value):
         return None
+    if value[17:19] == "60":
+        value = _LEAP_FRACTION.sub("", value[:17] + "59" + value[19:], count=1)
+        value = value[:19] + ".999999" + value[19:]
     parsed: datetime | None
     try:
         parsed = datetime.fromisoformat(value)

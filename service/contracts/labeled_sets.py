@@ -46,6 +46,8 @@ LABELED_SET_SCHEMA: dict[str, Any] = {
         },
     },
     "required": ["labels"],
+    # Logits for a multiclass task, scores for a binary one: exactly one of them.
+    "oneOf": [{"required": ["logits"]}, {"required": ["scores"]}],
     "additionalProperties": False,
 }
 

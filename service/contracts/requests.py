@@ -284,7 +284,13 @@ SPEC: dict[str, Field] = {
     "split": Custom(_split, _SPLIT.schema()),
     "bin_edges": Custom(
         _edges,
-        {"type": "array", "items": Number(0, 1).schema(), "minItems": 2, "maxItems": MAX_BIN_EDGES},
+        {
+            "type": "array",
+            "prefixItems": [{"const": 0}],
+            "items": Number(0, 1).schema(),
+            "minItems": 2,
+            "maxItems": MAX_BIN_EDGES,
+        },
         nullable=True,
     ),
     "policy": Custom(_policy, DRIFT_POLICY.schema(), nullable=True),
@@ -313,6 +319,17 @@ FIT = Body(
             "eval": Custom(_labeled_set, LABELED_SET_SCHEMA),
         },
         required=(*SPEC_REQUIRED, "method", "fit", "eval"),
+    ),
+    all_of=(
+        {
+            "if": {"properties": {"task": {"const": "binary"}}, "required": ["task"]},
+            "then": {
+                "properties": {"fit": {"required": ["scores"]}, "eval": {"required": ["scores"]}}
+            },
+            "else": {
+                "properties": {"fit": {"required": ["logits"]}, "eval": {"required": ["logits"]}}
+            },
+        },
     ),
 )
 RETIREMENT = Body("Retirement", Obj({"reason": Text(max_length=MAX_TEXT_LENGTH)}, ("reason",)))

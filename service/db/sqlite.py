@@ -27,7 +27,10 @@ _BIND_TYPES: dict[str, TypeEngine[Any]] = {"ts": UTCDateTime(), "bucket_start": 
 
 
 def _epoch(column: str) -> str:
-    return f"CAST(strftime('%s', {column}) AS INTEGER)"
+    """Whole seconds since the epoch of a stored time, rounded down as on PostgreSQL: the
+    fraction is cut off first, since SQLite's date functions keep milliseconds and would
+    round a time of .9995 s or more up to the next second (and bucket)."""
+    return f"CAST(strftime('%s', substr({column}, 1, 19)) AS INTEGER)"
 
 
 class SQLite:

@@ -301,9 +301,14 @@ LABEL_ITEM = Obj(
 PREDICTIONS = _envelope(
     "PredictionBatch",
     "predictions",
-    Obj(
-        {"id": _ID, "ts": _TS, "cohort": _COHORT, "logits": _LOGITS, "score": _SCORE}, ("id", "ts")
-    ).schema(),
+    {
+        **Obj(
+            {"id": _ID, "ts": _TS, "cohort": _COHORT, "logits": _LOGITS, "score": _SCORE},
+            ("id", "ts"),
+        ).schema(),
+        # Logits for a multiclass contract, a score for a binary one: exactly one of them.
+        "oneOf": [{"required": ["logits"]}, {"required": ["score"]}],
+    },
 )
 LABELS = _envelope("LabelBatch", "labels", LABEL_ITEM.schema())
 

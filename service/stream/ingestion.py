@@ -306,6 +306,9 @@ def ingest_labels(
         for ident, label, ts in zip(batch.ids, batch.labels, batch.ts, strict=True)
     )
     joined, waiting, stored = prediction_store.record_labels(session, envelope.model, staged, now)
+    if not versions.keys() >= set(joined.contract_ids):
+        # A version registered since, with predictions bound to it already: read them again.
+        versions = {v.id: v for v in contracts_store.model_classes(session, envelope.model)}
     item_of = dict(zip(batch.ids, batch.items, strict=True))
     _judge_joined(session, envelope.model, joined, versions, item_of)
     result.rejected_pending = _cap_waiting(session, envelope.model, waiting, settings)
@@ -389,8 +392,8 @@ def _compare_repeats(
     )
     contract_of.update(prediction_store.prediction_contracts(session, result.model, mixed))
     for ident, label, earlier, reason in again:
-        contract_id = contract_of.get(ident)
-        classes = None if contract_id is None else versions[contract_id].classes
+        version = versions.get(contract_of.get(ident, ""))
+        classes = None if version is None else version.classes
         result.compare(ident, label, earlier, classes, reason)
 
 

@@ -16,7 +16,7 @@ from flask import Blueprint, Response, jsonify
 
 from service.audit.records import LISTED_PROBLEMS
 from service.auth.tokens import Permission
-from service.common.fields import Text
+from service.common.fields import Text, Timestamp
 from service.common.values import MAX_JSON_INTEGER, NAME_PATTERN
 from service.contracts.requests import DRIFT_POLICY, FIT, REGISTRATION, RETIREMENT
 from service.gate.requests import GATE_POLICY, GATE_REQUEST
@@ -34,7 +34,9 @@ _NUMBER = {"type": "number"}
 _NULLABLE_NUMBER = {"type": ["number", "null"]}
 _FRACTION = {"type": "number", "minimum": 0, "maximum": 1}
 _COUNT = {"type": "integer", "minimum": 0, "maximum": MAX_JSON_INTEGER}
-_TIMESTAMP = {"type": "string", "format": "date-time"}
+_TIMESTAMP = Timestamp().schema()
+#: A query value that must not be empty.
+_NON_EMPTY = {"type": "string", "minLength": 1}
 _NAME = Text(pattern=NAME_PATTERN).schema()
 _CI = {"type": "array", "minItems": 2, "maxItems": 2, "items": _FRACTION}
 _NULLABLE_PAIR = {"type": ["array", "null"], "items": _NUMBER}
@@ -248,7 +250,7 @@ SCHEMAS: dict[str, Any] = {
             },
             "next_cursor": {"type": ["string", "null"]},
         },
-        ["contracts", "next_cursor"],
+        ["contracts", "unreadable", "next_cursor"],
     ),
     "Verification": _record(
         {
@@ -276,7 +278,13 @@ SCHEMAS: dict[str, Any] = {
                 " predictions' contract has no class by their name or index",
             },
         },
-        ["accepted", "duplicates", "contract_id"],
+        [
+            "accepted",
+            "duplicates",
+            "contract_id",
+            "joined_pending_labels",
+            "discarded_pending_labels",
+        ],
     ),
     "LabelsApplied": _record(
         {
@@ -567,19 +575,19 @@ def _op(
 _CONTRACT_ID = _param("contract_id", "path")
 _MODEL_PATH = _param("model", "path")
 _LIMIT = _param("limit", schema={"type": "integer", "minimum": 1, "maximum": MAX_LIMIT})
-_CURSOR = _param("cursor")
+_CURSOR = _param("cursor", schema=_NON_EMPTY)
 _MODEL_QUERY = _param("model", schema=_NAME)
 _WINDOW_PARAMS = [
     _param("window", schema={"type": "string", "pattern": "^[1-9][0-9]{0,7}[smhd]$"}),
     _param("start", schema=_TIMESTAMP),
     _param("end", schema=_TIMESTAMP),
-    _param("cohort"),
+    _param("cohort", schema=_NON_EMPTY),
 ]
 _HISTORY_PARAMS = [
     _param("start", schema=_TIMESTAMP),
     _param("end", schema=_TIMESTAMP),
     _param("step", schema={"type": "string", "pattern": "^[1-9][0-9]{0,7}[smhd]$"}),
-    _param("cohort"),
+    _param("cohort", schema=_NON_EMPTY),
 ]
 _SVG = _reply("SVG", {"type": "string"}, "image/svg+xml")
 

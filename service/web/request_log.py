@@ -14,6 +14,7 @@ import uuid
 from flask import Flask, Response, g, request
 
 from service.export.instruments import method_label
+from service.web.route_names import route_template
 
 log = logging.getLogger("service.requests")
 _SAFE_ID = re.compile(r"[A-Za-z0-9._-]{1,64}\Z")
@@ -40,7 +41,7 @@ def init_request_log(app: Flask) -> None:
             extra={
                 "request_id": request_id,
                 "method": method_label(request.method),
-                "route": request.url_rule.rule if request.url_rule is not None else None,
+                "route": route_template(request.url_rule),
                 "status": response.status_code,
                 "duration_ms": round((time.perf_counter() - g.request_logged_start) * 1000, 2),
                 "principal": principal.name if principal is not None else None,

@@ -17,7 +17,9 @@ from service.config import load_settings
 from service.db.database import Database
 from service.export.lease_store import try_acquire
 from service.export.refresher import Refresher, refresh_all
+from service.web.route_names import route_template
 from tests.integration.conftest import ADMIN_TOKEN, Auth
+from tests.integration.factories import fit_body
 from tests.integration.test_stream import (
     _multiclass_contract,
     _random_predictions,
@@ -271,7 +273,7 @@ def test_metrics_survive_a_database_outage() -> None:
 def test_invented_methods_and_unknown_paths_add_no_label_values(
     app: Flask, client: FlaskClient
 ) -> None:
-    routes = {rule.rule for rule in app.url_map.iter_rules()}
+    routes = {route_template(rule) for rule in app.url_map.iter_rules()}
     for method, path in [
         ("FOO", "/no/such/path"),
         ("FOO", "/v1/contracts"),
@@ -290,3 +292,18 @@ def test_invented_methods_and_unknown_paths_add_no_label_values(
     assert "OTHER" in methods and "unmatched" in endpoints
     assert methods <= {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "OTHER"}
     assert endpoints <= routes | {"unmatched"}
+
+
+def test_a_route_with_a_converter_is_named_by_its_template(
+    app: Flask, client: FlaskClient, auth: Auth
+) -> None:
+    contract = client.post("/v1/contracts/fit", json=fit_body(), headers=auth.headers())
+    path = f"/v1/contracts/{contract.get_json()['id']}"
+    assert client.get(path, headers=auth.headers()).status_code == 200
+    endpoints = {
+        dict(labels)["endpoint"]
+        for name, labels in scrape(client)
+        if name == "calmon_http_request_duration_seconds_count"
+    }
+    assert "/v1/contracts/<contract_id>" in endpoints
+    assert not any(":" in e for e in endpoints), endpoints

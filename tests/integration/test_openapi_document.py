@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
+import jsonschema
 from flask import Flask
 from flask.testing import FlaskClient
 
 from service.web.openapi import document
 from tests.integration.conftest import Auth
+from tests.integration.factories import fit_body
 
 #: Who may call what (the roles of docs/api.md), written out so a change must be deliberate.
 ROLE_TABLE: dict[tuple[str, str], set[str]] = {
@@ -81,3 +84,99 @@ def test_every_v1_route_enforces_its_roles(app: Flask, client: FlaskClient, auth
             else:
                 assert response.status_code == 403, (method, path, role, response.status_code)
                 assert response.get_json()["error"]["code"] == "forbidden"
+
+
+def _valid(schema: dict[str, Any], instance: Any) -> bool:
+    """Whether ``instance`` satisfies ``schema`` of the served document (refs resolved in it)."""
+    root = {**document(), **schema}
+    return jsonschema.Draft202012Validator(root).is_valid(instance)
+
+
+def _body(name: str) -> dict[str, Any]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _query(path: str, name: str) -> dict[str, Any]:
+    (param,) = [p for p in document()["paths"][path]["get"]["parameters"] if p["name"] == name]
+    return dict(param["schema"])
+
+
+def test_the_document_refuses_what_validation_refuses(client: FlaskClient, auth: Auth) -> None:
+    """Each pair: an instance the schema refuses and the request validation refuses alike."""
+    ok_fit = fit_body("glyphs")
+    assert _valid(_body("ContractFit"), ok_fit)
+    contract = client.post("/v1/contracts/fit", json=ok_fit, headers=auth.headers()).get_json()
+    ts = "2026-11-30T10:00:00Z"
+    refused: list[tuple[dict[str, Any], Any, str, str, Any]] = [
+        # (schema, instance, method, url, body)
+        (
+            _query("/v1/contracts", "cursor"),
+            "",
+            "GET",
+            "/v1/contracts?cursor=",
+            None,
+        ),
+        (
+            _query("/v1/models/{model}/calibration", "cohort"),
+            "",
+            "GET",
+            "/v1/models/glyphs/calibration?cohort=",
+            None,
+        ),
+        (
+            _query("/v1/models/{model}/calibration", "start"),
+            "1999-12-31T23:59:59Z",
+            "GET",
+            "/v1/models/glyphs/calibration?start=1999-12-31T23:59:59Z",
+            None,
+        ),
+        *[
+            (
+                _body("PredictionBatch"),
+                body,
+                "POST",
+                "/v1/predictions",
+                body,
+            )
+            for body in (
+                {"model": "glyphs", "predictions": [{"id": "a", "ts": ts}]},
+                {
+                    "model": "glyphs",
+                    "predictions": [{"id": "a", "ts": "1999-12-31T23:59:59Z", "logits": [1, 2, 3]}],
+                },
+            )
+        ],
+        (
+            _body("Retirement"),
+            {"reason": "a\u0000b"},
+            "POST",
+            f"/v1/contracts/{contract['id']}/retire",
+            {"reason": "a\u0000b"},
+        ),
+        *[
+            (_body("ContractFit"), body, "POST", "/v1/contracts/fit", body)
+            for body in (
+                fit_body("glyphs", bin_edges=[0.1, 0.5, 1]),
+                fit_body("glyphs", fit={"labels": [0, 1]}),
+                fit_body("glyphs", task="binary", classes=["no", "yes"]),
+            )
+        ],
+    ]
+    for schema, instance, method, url, body in refused:
+        assert not _valid(schema, instance), (url, instance)
+        response = client.open(url, method=method, json=body, headers=auth.headers())
+        assert response.status_code == 422, (url, response.get_json())
+    leap = {"id": "a", "ts": "2016-12-31T23:59:60Z", "logits": [1, 2, 3]}
+    assert _valid(_body("PredictionBatch"), {"model": "glyphs", "predictions": [leap]})
+    assert _valid(_body("Retirement"), {"reason": "superseded \u00e9"})
+
+
+def test_options_allows_only_the_methods_of_the_path(client: FlaskClient) -> None:
+    allowed = {
+        "/v1/contracts/fit": {"POST", "OPTIONS"},
+        "/v1/contracts/some-id": {"GET", "HEAD", "OPTIONS"},
+        "/v1/contracts/fit/verify": {"GET", "HEAD", "OPTIONS"},
+    }
+    for path, methods in allowed.items():
+        response = client.options(path)
+        assert set(response.headers["Allow"].split(", ")) == methods, path

@@ -13,5 +13,6 @@ def register_blueprints(app: Flask) -> None:
 
     # Path and query text reaches the database on every route, and PostgreSQL refuses a NUL.
     app.before_request(check_text_arguments)
+    app.url_map.converters["contract_id"] = contracts.ContractIdConverter
     for module in (health, contracts, stream, gate, audit, openapi, metrics, ui):
         app.register_blueprint(module.bp)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Blueprint, Response, jsonify
+from werkzeug.routing import BaseConverter
 
 from service.auth.tokens import Permission
 from service.common.clock import utcnow
@@ -19,6 +20,13 @@ from service.web.db_session import db_session
 from service.web.queries import check_known, cursor_arg, encode_cursor, limit_arg, timestamp_arg
 
 bp = Blueprint("contracts", __name__, url_prefix="/v1")
+
+
+class ContractIdConverter(BaseConverter):
+    """A contract id in ``/v1/contracts/{id}``: any path segment but ``fit``, which is
+    ``POST /v1/contracts/fit``'s own (so ``OPTIONS`` on it allows POST alone, not GET)."""
+
+    regex = r"(?!fit$)[^/]+"
 
 
 def _created(payload: dict[str, Any]) -> Response:
@@ -87,7 +95,7 @@ def _model_arg() -> str | None:
     return raw
 
 
-@bp.get("/contracts/<contract_id>")
+@bp.get("/contracts/<contract_id:contract_id>")
 @requires(Permission.READ)
 def get_contract(contract_id: str) -> Response:
     """One contract with its content hash and retirement, if any."""

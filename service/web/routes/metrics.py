@@ -21,6 +21,7 @@ from service.export.instruments import (
 )
 from service.export.reading_store import StoredText, stored_exposition
 from service.web.db_session import database
+from service.web.route_names import route_template
 
 bp = Blueprint("metrics", __name__)
 
@@ -68,7 +69,7 @@ def init_metrics(app: Flask) -> None:
     @app.after_request
     def _observe(response: Response) -> Response:
         started = g.get("request_started")
-        endpoint = request.url_rule.rule if request.url_rule is not None else UNMATCHED
+        endpoint = route_template(request.url_rule) or UNMATCHED
         if started is not None:
             REQUEST_DURATION.labels(
                 endpoint, method_label(request.method), str(response.status_code)

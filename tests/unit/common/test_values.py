@@ -16,6 +16,7 @@ from service.common.values import (
     expect_number,
     expect_str,
     expect_timestamp,
+    parse_timestamp,
     text_problem,
 )
 
@@ -112,3 +113,26 @@ def test_timestamps_lie_in_the_range_around_receipt(text: str, message: str | No
     if message is not None:
         ((field, got),) = fields_of(errors)
         assert field == "data_window.start" and got.startswith(message)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2016-12-31T23:59:60Z",
+        "2016-12-31T23:59:60.5Z",
+        "2016-12-31t23:59:60.123456789z",
+        "2016-12-31T18:59:60-05:00",
+        "2017-01-01T00:59:60+01:00",
+    ],
+)
+def test_a_leap_second_reads_as_the_last_microsecond_before_it(text: str) -> None:
+    assert parse_timestamp(text) == datetime(2016, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
+
+
+def test_a_leap_second_keeps_its_order_and_seconds_past_it_are_refused() -> None:
+    before = parse_timestamp("2016-12-31T23:59:59.5Z")
+    leap = parse_timestamp("2016-12-31T23:59:60Z")
+    after = parse_timestamp("2017-01-01T00:00:00Z")
+    assert before is not None and leap is not None and after is not None
+    assert before < leap < after
+    assert parse_timestamp("2016-12-31T23:59:61Z") is None
