@@ -149,7 +149,7 @@ _CONTRACT_FIELDS: dict[str, Any] = {
     "outcome": {"type": "string"},
     "data_window": _REGISTERED["data_window"],
     "split": _REGISTERED["split"],
-    "bin_edges": _REGISTERED["bin_edges"],
+    "bin_edges": {"type": "array", "minItems": 2, "items": _FRACTION},
     "baseline": _REGISTERED["baseline"],
     "policy": _DRIFT_POLICY,
     "created_at": _TIMESTAMP,

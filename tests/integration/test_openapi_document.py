@@ -180,3 +180,13 @@ def test_options_allows_only_the_methods_of_the_path(client: FlaskClient) -> Non
     for path, methods in allowed.items():
         response = client.options(path)
         assert set(response.headers["Allow"].split(", ")) == methods, path
+
+
+def test_options_allows_the_documented_methods_of_every_path(client: FlaskClient) -> None:
+    for template, operations in document()["paths"].items():
+        path = template.replace("{contract_id}", "some-id").replace("{model}", "glyphs")
+        documented = {method.upper() for method in operations} | {"OPTIONS"}
+        if "GET" in documented:
+            documented.add("HEAD")
+        allow = set(client.options(path).headers["Allow"].split(", "))
+        assert allow == documented, template

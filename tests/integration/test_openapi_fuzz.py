@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
+    allow_header_conformance,
     content_type_conformance,
     response_schema_conformance,
     status_code_conformance,
@@ -35,6 +36,7 @@ CHECKS = [
     status_code_conformance,
     content_type_conformance,
     response_schema_conformance,
+    allow_header_conformance,
 ]
 OPERATIONS = [(method, path) for path, ops in document()["paths"].items() for method in ops]
 
