@@ -34,7 +34,7 @@ from service.calibration.calibrators import (
     Calibrator,
     IdentityCalibrator,
     binary_probabilities,
-    temperature_of,
+    calibrated_logits,
 )
 from service.calibration.ece_inference import EceInference, infer_ece
 from service.calibration.errors import CalibrationInputError
@@ -612,8 +612,7 @@ def multiclass_expected_accuracy(
 
     For a calibrated model this is the accuracy it predicts before the labels arrive.
     """
-    z = logit_matrix(logits)
-    T = temperature_of(calibrator)
+    z, T = calibrated_logits(calibrator, logit_matrix(logits))
     if z.shape[0] == 0:
         return _NAN
     work = z - z.max(axis=1, keepdims=True)

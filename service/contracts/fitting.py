@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -20,34 +21,62 @@ from service.calibration import (
     fit_temperature,
     multiclass_reading,
 )
+from service.calibration.binary_families import (
+    BetaCalibrator,
+    HistogramCalibrator,
+    IsotonicCalibrator,
+)
 from service.calibration.calibrators import check_bounds
+from service.calibration.multiclass_families import (
+    IsotonicOvRCalibrator,
+    MatrixCalibrator,
+    VectorCalibrator,
+)
 from service.calibration.nll_comparison import nll_difference
 from service.common.errors import ErrorDetail, ValidationFailed
 from service.contracts.labeled_sets import LabeledSet
 from service.contracts.model import Baseline, BaselineSplit, ContractSpec
 from service.contracts.requests import FitRequest, check_disjoint, spec_of
 
+_FAMILIES: dict[tuple[str, str], Any] = {
+    ("binary", "isotonic"): IsotonicCalibrator.fit,
+    ("binary", "histogram"): HistogramCalibrator.fit,
+    ("binary", "beta"): BetaCalibrator.fit,
+    ("multiclass", "isotonic"): IsotonicOvRCalibrator.fit,
+    ("multiclass", "vector"): VectorCalibrator.fit,
+    ("multiclass", "matrix"): MatrixCalibrator.fit,
+}
+
+
+def fit_method(task: str, method: str, inputs: Any, labels: Any) -> Calibrator:
+    """The calibrator of ``method`` fitted on (N, K) logits or (N,) scores and their labels,
+    within the bounds a registered one must respect (``calibrators.check_bounds``: a Platt
+    fit on scores that barely vary can exceed them). Raises ``CalibrationInputError``."""
+    calibrator: Calibrator
+    family = _FAMILIES.get((task, method))
+    if family is not None:
+        calibrator = family(inputs, labels)
+    elif method == "identity":
+        calibrator = IdentityCalibrator()
+    elif task == "multiclass":
+        calibrator = TemperatureCalibrator(fit_temperature(inputs, labels).temperature)
+    elif method == "platt":
+        result = fit_platt(inputs, labels)
+        calibrator = PlattCalibrator(result.slope, result.intercept)
+    else:
+        calibrator = TemperatureCalibrator(fit_binary_temperature(inputs, labels).temperature)
+    check_bounds(calibrator)
+    return calibrator
+
 
 def _fit_calibrator(task: str, method: str, fit: LabeledSet) -> Calibrator:
-    """The calibrator fitted on ``fit``, within the bounds a registered one must respect
-    (``calibrators.check_bounds``): a Platt fit on scores that barely vary can exceed them."""
-    calibrator: Calibrator
+    """The calibrator fitted on ``fit`` (``fit_method``); a fit that fails is a 422."""
     try:
-        if task == "multiclass":
-            calibrator = TemperatureCalibrator(fit_temperature(fit.inputs, fit.labels).temperature)
-        elif method == "platt":
-            result = fit_platt(fit.inputs, fit.labels)
-            calibrator = PlattCalibrator(result.slope, result.intercept)
-        else:
-            calibrator = TemperatureCalibrator(
-                fit_binary_temperature(fit.inputs, fit.labels).temperature
-            )
-        check_bounds(calibrator)
+        return fit_method(task, method, fit.inputs, fit.labels)
     except CalibrationInputError as exc:
         raise ValidationFailed(
             f"the calibrator could not be fitted: {exc}", [ErrorDetail("fit", str(exc))]
         ) from exc
-    return calibrator
 
 
 def reading_of(

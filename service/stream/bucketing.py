@@ -12,8 +12,9 @@ from service.calibration import (
     binary_probabilities,
     multiclass_probabilities,
 )
+from service.calibration._checks import logit_matrix
 from service.calibration.binning import bin_index, is_equal_width
-from service.calibration.calibrators import binary_log_odds, temperature_of
+from service.calibration.calibrators import binary_log_odds, calibrated_logits
 from service.calibration.grouping import group_sums
 from service.calibration.packing import (
     CLASSWISE_MAX_CELLS,
@@ -79,9 +80,8 @@ def _knot_sums(
     """The (G, 3 J) refit-temperature knot sums of labeled rows per group (see ``refit``)."""
     calibrator = contract.calibrator
     if contract.spec.task == "multiclass":
-        sums = grouped_knot_sums(
-            "multiclass", inputs, labels, group, n_groups, temperature=temperature_of(calibrator)
-        )
+        z, temperature = calibrated_logits(calibrator, logit_matrix(inputs))
+        sums = grouped_knot_sums("multiclass", z, labels, group, n_groups, temperature=temperature)
     else:
         log_odds = binary_log_odds(calibrator, np.asarray(inputs, dtype=np.float64))
         sums = grouped_knot_sums("binary", log_odds, labels, group, n_groups)
