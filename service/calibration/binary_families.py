@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import isotonic_regression, minimize
 
-from service.calibration._checks import FloatArray, class_labels, unit_scores
+from service.calibration._checks import FloatArray, IntArray, class_labels, unit_scores
 from service.calibration._params import bounded, increasing, vector
 from service.calibration.errors import CalibrationInputError, FitError
 from service.calibration.probabilities import log_sigmoid_unchecked, sigmoid_unchecked
@@ -94,13 +94,12 @@ class IsotonicCalibrator:
     def fit(cls, scores: Any, labels: Any) -> IsotonicCalibrator:
         """Pool-adjacent-violators on the fit rows (module docstring)."""
         s, y = _fit_data(scores, labels)
-        order = np.lexsort((y, s))
-        s, y = s[order], y[order]
-        start = np.r_[True, np.diff(s) >= TIE_RESOLUTION]
-        group = np.cumsum(start) - 1
+        values, index = np.unique(s, return_inverse=True)
+        groups = _tie_groups(values)
+        group = groups[index]
         weight = np.bincount(group).astype(np.float64)
         target = np.bincount(group, weights=y) / weight
-        ux = s[start]
+        ux = values[np.r_[True, np.diff(groups) > 0]]
         fitted = np.asarray(isotonic_regression(target, weights=weight).x, dtype=np.float64)
         np.clip(fitted, 0.0, 1.0, out=fitted)
         keep = np.ones(fitted.size, dtype=bool)
@@ -108,6 +107,21 @@ class IsotonicCalibrator:
         if keep.sum() > MAX_THRESHOLDS:
             raise FitError("fit", f"the isotonic map needs more than {MAX_THRESHOLDS} thresholds")
         return cls(tuple(ux[keep].tolist()), tuple(fitted[keep].tolist()))
+
+
+def _tie_groups(values: FloatArray) -> IntArray:
+    """The group of each sorted distinct value: a group starts at a value at least
+    ``TIE_RESOLUTION`` above the group's first value (scikit-learn's ``_make_unique``)."""
+    close = np.flatnonzero(np.diff(values) < TIE_RESOLUTION)
+    start = np.ones(values.size, dtype=bool)
+    if close.size:  # rare: walk the runs of values closer than the resolution
+        first = values[0]
+        for i in range(1, values.size):
+            if values[i] - first >= TIE_RESOLUTION:
+                first = values[i]
+            else:
+                start[i] = False
+    return np.cumsum(start) - 1
 
 
 @dataclass(frozen=True)
