@@ -15,10 +15,12 @@ from service.calibration import (
     PlattCalibrator,
     Reading,
     TemperatureCalibrator,
+    binary_probabilities,
     binary_reading,
     fit_binary_temperature,
     fit_platt,
     fit_temperature,
+    multiclass_probabilities,
     multiclass_reading,
 )
 from service.calibration.binary_families import (
@@ -36,7 +38,7 @@ from service.calibration.nll_comparison import nll_difference
 from service.common.errors import ErrorDetail, ValidationFailed
 from service.contracts.labeled_sets import LabeledSet
 from service.contracts.model import Baseline, BaselineSplit, ContractSpec
-from service.contracts.requests import FitRequest, check_disjoint, spec_of
+from service.contracts.requests import EqualMass, FitRequest, check_disjoint, spec_of
 
 _FAMILIES: dict[tuple[str, str], Any] = {
     ("binary", "isotonic"): IsotonicCalibrator.fit,
@@ -77,6 +79,21 @@ def _fit_calibrator(task: str, method: str, fit: LabeledSet) -> Calibrator:
         raise ValidationFailed(
             f"the calibrator could not be fitted: {exc}", [ErrorDetail("fit", str(exc))]
         ) from exc
+
+
+def equal_mass_edges(task: str, data: LabeledSet, calibrator: Calibrator, bins: int) -> np.ndarray:
+    """The (M' + 1,) edges ``0, q_1, ..., q_{M-1}, 1`` with ``q_j`` the ``j / M`` quantile of the
+    calibrated confidences of ``data`` (multiclass: top-label confidence; binary: P(positive)),
+    taken as the inverted empirical CDF (the smallest confidence with at least ``j N / M`` rows
+    at or below it), so tied confidences give equal quantiles; those, and any on 0 or 1, are
+    merged, so M' <= M."""
+    if task == "multiclass":
+        confidence = multiclass_probabilities(calibrator, data.inputs).max(axis=1)
+    else:
+        confidence = binary_probabilities(calibrator, data.inputs)
+    inner = np.quantile(confidence, np.arange(1, bins) / bins, method="inverted_cdf")
+    inner = np.unique(inner[(inner > 0.0) & (inner < 1.0)])
+    return np.r_[0.0, inner, 1.0]
 
 
 def reading_of(
@@ -123,6 +140,9 @@ def fit_contract_spec(request: FitRequest) -> ContractSpec:
     check_disjoint(split)
     task = fields["task"]
     calibrator = _fit_calibrator(task, request.method, request.fit)
+    if isinstance(fields["bin_edges"], EqualMass):
+        edges = equal_mass_edges(task, request.fit, calibrator, fields["bin_edges"].bins)
+        fields = {**fields, "bin_edges": tuple(edges.tolist())}
     edges = np.asarray(fields["bin_edges"], dtype=np.float64)
     policy = DriftPolicy.from_dict(fields["policy"])
     costs = policy.costs if task == "binary" else None

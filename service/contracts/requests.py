@@ -163,10 +163,29 @@ def _split(value: Any, path: str, errors: ErrorCollector, context: Context) -> S
     return Split(split["method"], split.get("fit_fingerprint"), split.get("eval_fingerprint"))
 
 
-def _edges(value: Any, path: str, errors: ErrorCollector, context: Context) -> tuple[float, ...]:
-    """Strictly increasing from 0 to 1, at most ``MAX_BIN_EDGES``; default 15 equal bins."""
+@dataclass(frozen=True)
+class EqualMass:
+    """``{"equal_mass": M}`` in a fit request: M bins of equal mass, their edges fixed at fit
+    time from the fit set's calibrated confidences (``contracts.fitting.equal_mass_edges``)."""
+
+    bins: int
+
+
+_EQUAL_MASS = Obj({"equal_mass": Integer(1, MAX_BIN_EDGES - 1)}, required=("equal_mass",))
+
+
+def _edges(
+    value: Any, path: str, errors: ErrorCollector, context: Context
+) -> tuple[float, ...] | EqualMass:
+    """Strictly increasing from 0 to 1, at most ``MAX_BIN_EDGES``; default 15 equal bins; or,
+    in a fit request, ``{"equal_mass": M}`` with M in [1, MAX_BIN_EDGES - 1]."""
     if value is None:
         return tuple(float(e) for e in default_edges())
+    if isinstance(value, dict):
+        parsed = _EQUAL_MASS.parse(value, path, errors, context)
+        if parsed is None or parsed.get("equal_mass") is None:
+            return ()
+        return EqualMass(int(parsed["equal_mass"]))
     if not isinstance(value, list):
         errors.add(path, "expected a list of numbers")
         return ()
@@ -253,6 +272,9 @@ def _baseline(value: Any, path: str, errors: ErrorCollector, context: Context) -
     values = context.values
     if values.get("task") is None:
         return None
+    if isinstance(values.get("bin_edges"), EqualMass):
+        errors.add("bin_edges", "equal_mass edges are fixed by a fit request; list the edges")
+        return None
     return parse_baseline(
         value,
         errors,
@@ -292,7 +314,17 @@ SPEC: dict[str, Field] = {
     "split": Custom(_split, _SPLIT.schema()),
     "bin_edges": Custom(
         _edges,
-        {"type": "array", "items": Number(0, 1).schema(), "minItems": 2, "maxItems": MAX_BIN_EDGES},
+        {
+            "oneOf": [
+                {
+                    "type": "array",
+                    "items": Number(0, 1).schema(),
+                    "minItems": 2,
+                    "maxItems": MAX_BIN_EDGES,
+                },
+                _EQUAL_MASS.schema(),
+            ]
+        },
         nullable=True,
     ),
     "policy": Custom(_policy, DRIFT_POLICY.schema(), nullable=True),

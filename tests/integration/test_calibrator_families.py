@@ -11,7 +11,13 @@ import numpy as np
 import pytest
 from flask.testing import FlaskClient
 
-from service.calibration import binary_reading, calibrator_from_dict, multiclass_reading
+from service.calibration import (
+    binary_probabilities,
+    binary_reading,
+    calibrator_from_dict,
+    multiclass_probabilities,
+    multiclass_reading,
+)
 from service.cli import build_parser
 from tests.integration.conftest import Auth
 from tests.integration.factories import contract_fields, registration_body
@@ -195,3 +201,58 @@ def test_the_cli_fit_accepts_every_family() -> None:
             ["fit", "--url", "u", "--spec", "s", "--fit", "f", "--eval", "e", "--method", method]
         )
         assert args.method == method
+
+
+@pytest.mark.parametrize(("task", "method"), [("multiclass", "temperature"), ("binary", "beta")])
+def test_equal_mass_edges_are_quantiles_of_the_fit_sets_calibrated_confidences(
+    client: FlaskClient, auth: Auth, task: str, method: str
+) -> None:
+    body = {**_fit_body(task, method, "mass"), "bin_edges": {"equal_mass": 8}}
+    reply = _post(client, auth, "/v1/contracts/fit", body)
+    assert reply.status_code == 201, reply.get_json()
+    contract = reply.get_json()
+    calibrator = calibrator_from_dict(contract["calibrator"], 2 if task == "binary" else 3)
+    if task == "binary":
+        confidence = np.asarray(binary_probabilities(calibrator, body["fit"]["scores"]))
+    else:
+        confidence = multiclass_probabilities(calibrator, body["fit"]["logits"]).max(axis=1)
+    ranked = np.sort(confidence)
+    n = ranked.size
+    want = [0.0, *(ranked[int(np.ceil(j * n / 8)) - 1] for j in range(1, 8)), 1.0]
+    assert contract["bin_edges"] == pytest.approx(want, abs=1e-15)
+    counts = [b["n"] for b in contract["baseline"]["fit"]["calibrated"]["bins"]]
+    assert len(counts) == 8 and max(counts) - min(counts) <= 3
+    stored = client.get(f"/v1/contracts/{contract['id']}", headers=auth.headers()).get_json()
+    assert stored["bin_edges"] == contract["bin_edges"]
+
+
+def test_tied_quantiles_merge_into_fewer_bins(client: FlaskClient, auth: Auth) -> None:
+    body = _fit_body("binary", "histogram", "ties")
+    body["bin_edges"] = {"equal_mass": 20}
+    reply = _post(client, auth, "/v1/contracts/fit", body)
+    assert reply.status_code == 201, reply.get_json()
+    edges = reply.get_json()["bin_edges"]
+    # A 10-bin histogram map takes at most 10 values, so 19 quantiles merge into at most 10.
+    assert len(edges) <= 12 and edges == sorted(set(edges)) and edges[0] == 0 and edges[-1] == 1
+
+
+@pytest.mark.parametrize(
+    ("edges", "field", "url"),
+    [
+        ({"equal_mass": 0}, "bin_edges.equal_mass", "/v1/contracts/fit"),
+        ({"equal_mass": 2.5}, "bin_edges.equal_mass", "/v1/contracts/fit"),
+        ({"equal_width": 5}, "bin_edges.equal_width", "/v1/contracts/fit"),
+        ({"equal_mass": 5}, "bin_edges", "/v1/contracts"),
+    ],
+)
+def test_bad_equal_mass_requests_are_422(
+    client: FlaskClient, auth: Auth, edges: Any, field: str, url: str
+) -> None:
+    body = _fit_body("multiclass", "temperature", "edges")
+    if url == "/v1/contracts":
+        fitted = _post(client, auth, "/v1/contracts/fit", body).get_json()
+        body = registration_body(fitted, model="edges2")
+    body["bin_edges"] = edges
+    reply = _post(client, auth, url, body)
+    assert reply.status_code == 422, reply.get_json()
+    assert field in [d["field"] for d in reply.get_json()["error"]["details"]]
