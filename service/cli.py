@@ -390,7 +390,16 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--eval", required=True, help="the held-out eval set (.csv or .npz)")
     fit.add_argument(
         "--method",
-        choices=["temperature", "platt", "beta", "isotonic", "histogram", "vector", "matrix"],
+        choices=[
+            "temperature",
+            "platt",
+            "beta",
+            "isotonic",
+            "histogram",
+            "vector",
+            "matrix",
+            "auto",
+        ],
         default="temperature",
     )
     fit.add_argument(

@@ -15,6 +15,7 @@ from service.common.errors import ErrorCollector
 from service.common.fields import Custom, Integer, Number, Obj
 from service.common.values import expect_object
 from service.contracts.model import MAX_BIN_EDGES, MAX_CLASSES
+from service.contracts.selection_checks import SELECTION_SCHEMA, check_selection
 
 #: Largest NLL a baseline may state, in nats (``service.contracts.requests``).
 MAX_NLL = 1e9
@@ -103,7 +104,7 @@ _SPLIT_SCHEMA = Obj(
 #: ``{"fit"|"eval": {"uncalibrated": R, "calibrated": R, "nll_difference"?: D}}``.
 BASELINE_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "properties": {"fit": _SPLIT_SCHEMA, "eval": _SPLIT_SCHEMA},
+    "properties": {"fit": _SPLIT_SCHEMA, "eval": _SPLIT_SCHEMA, "selection": SELECTION_SCHEMA},
     "required": ["fit", "eval"],
     "additionalProperties": False,
 }
@@ -266,9 +267,13 @@ def parse_baseline(
     same rows: same n, same label counts. The baseline is stored as given: everything accepted
     here reads back.
     """
-    baseline = expect_object(value, "baseline", errors, required=("fit", "eval"))
+    baseline = expect_object(
+        value, "baseline", errors, required=("fit", "eval"), optional=("selection",)
+    )
     if baseline is None or task is None:
         return {}
+    if "selection" in baseline:
+        check_selection(baseline["selection"], errors)
     for split in ("fit", "eval"):
         path = f"baseline.{split}"
         part = expect_object(

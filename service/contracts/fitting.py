@@ -17,12 +17,14 @@ from service.calibration import (
     TemperatureCalibrator,
     binary_probabilities,
     binary_reading,
+    default_edges,
     fit_binary_temperature,
     fit_platt,
     fit_temperature,
     multiclass_probabilities,
     multiclass_reading,
 )
+from service.calibration.auto import Selection, choose
 from service.calibration.binary_families import (
     BetaCalibrator,
     HistogramCalibrator,
@@ -37,7 +39,7 @@ from service.calibration.multiclass_families import (
 from service.calibration.nll_comparison import nll_difference
 from service.common.errors import ErrorDetail, ValidationFailed
 from service.contracts.labeled_sets import LabeledSet
-from service.contracts.model import Baseline, BaselineSplit, ContractSpec
+from service.contracts.model import FIT_METHODS, Baseline, BaselineSplit, ContractSpec
 from service.contracts.requests import EqualMass, FitRequest, check_disjoint, spec_of
 
 _FAMILIES: dict[tuple[str, str], Any] = {
@@ -69,6 +71,22 @@ def fit_method(task: str, method: str, inputs: Any, labels: Any) -> Calibrator:
         calibrator = TemperatureCalibrator(fit_binary_temperature(inputs, labels).temperature)
     check_bounds(calibrator)
     return calibrator
+
+
+def _select(task: str, fit: LabeledSet, edges: tuple[float, ...] | EqualMass) -> Selection:
+    """Cross-validate every method of the task inside the fit set (``calibration.auto``); the
+    ECE bins are the contract's, or 15 equal ones when its edges come from the fit."""
+    bins = default_edges() if isinstance(edges, EqualMass) else np.asarray(edges, dtype=np.float64)
+    try:
+        return choose(task, fit.inputs, fit.labels, FIT_METHODS[task], _fit_for(task), bins)
+    except CalibrationInputError as exc:
+        raise ValidationFailed(
+            f"the calibrator could not be chosen: {exc}", [ErrorDetail("fit", str(exc))]
+        ) from exc
+
+
+def _fit_for(task: str) -> Any:
+    return lambda method, inputs, labels: fit_method(task, method, inputs, labels)
 
 
 def _fit_calibrator(task: str, method: str, fit: LabeledSet) -> Calibrator:
@@ -139,7 +157,12 @@ def fit_contract_spec(request: FitRequest) -> ContractSpec:
     )
     check_disjoint(split)
     task = fields["task"]
-    calibrator = _fit_calibrator(task, request.method, request.fit)
+    selection = None
+    method = request.method
+    if method == "auto":
+        selection = _select(task, request.fit, fields["bin_edges"])
+        method = selection.chosen
+    calibrator = _fit_calibrator(task, method, request.fit)
     if isinstance(fields["bin_edges"], EqualMass):
         edges = equal_mass_edges(task, request.fit, calibrator, fields["bin_edges"].bins)
         fields = {**fields, "bin_edges": tuple(edges.tolist())}
@@ -150,4 +173,6 @@ def fit_contract_spec(request: FitRequest) -> ContractSpec:
         baseline_split(task, request.fit, edges, calibrator, costs),
         baseline_split(task, request.eval, edges, calibrator, costs),
     )
+    if selection is not None:
+        baseline = Baseline({**baseline.document, "selection": selection.to_dict()})
     return spec_of(fields, split=split, calibrator=calibrator, baseline=baseline)

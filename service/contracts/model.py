@@ -55,7 +55,7 @@ FIT_METHODS: dict[str, tuple[str, ...]] = {
 
 def method_problem(method: str, task: str | None) -> str | None:
     """Why a calibration method does not fit a task, or None (``FIT_METHODS``)."""
-    if task not in FIT_METHODS or method in FIT_METHODS[task] or method == "identity":
+    if task not in FIT_METHODS or method in FIT_METHODS[task] or method in ("identity", "auto"):
         return None
     return f"{method} is not a method for {task} contracts; use one of {list(FIT_METHODS[task])}"
 

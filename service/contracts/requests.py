@@ -342,7 +342,7 @@ REGISTRATION = Body(
         required=(*SPEC_REQUIRED, "calibrator", "baseline"),
     ),
 )
-METHODS = tuple(sorted({m for methods in FIT_METHODS.values() for m in methods}))
+METHODS = (*sorted({m for methods in FIT_METHODS.values() for m in methods}), "auto")
 FIT = Body(
     "ContractFit",
     Obj(

@@ -19,6 +19,7 @@ from service.calibration import (
     multiclass_reading,
 )
 from service.cli import build_parser
+from service.contracts.model import FIT_METHODS
 from tests.integration.conftest import Auth
 from tests.integration.factories import contract_fields, registration_body
 
@@ -196,7 +197,7 @@ def test_a_fit_method_of_the_other_task_is_422(
 
 def test_the_cli_fit_accepts_every_family() -> None:
     parser = build_parser()
-    for _, method in FAMILIES:
+    for method in [*(m for _, m in FAMILIES), "auto"]:
         args = parser.parse_args(
             ["fit", "--url", "u", "--spec", "s", "--fit", "f", "--eval", "e", "--method", method]
         )
@@ -256,3 +257,26 @@ def test_bad_equal_mass_requests_are_422(
     reply = _post(client, auth, url, body)
     assert reply.status_code == 422, reply.get_json()
     assert field in [d["field"] for d in reply.get_json()["error"]["details"]]
+
+
+@pytest.mark.parametrize("task", ["binary", "multiclass"])
+def test_auto_records_its_choice_and_every_candidates_evidence(
+    client: FlaskClient, auth: Auth, task: str
+) -> None:
+    reply = _post(client, auth, "/v1/contracts/fit", _fit_body(task, "auto", "auto"))
+    assert reply.status_code == 201, reply.get_json()
+    contract = reply.get_json()
+    selection = contract["baseline"]["selection"]
+    methods = [c["method"] for c in selection["candidates"]]
+    assert methods == list(FIT_METHODS[task])
+    assert contract["calibrator"]["method"] == selection["chosen"]
+    chosen = next(c for c in selection["candidates"] if c["method"] == selection["chosen"])
+    assert chosen["p_value"] >= selection["alpha"] and chosen["beaten_by"] is None
+    # The selection is part of the hashed, stored contract and registers as given.
+    copy = _post(client, auth, "/v1/contracts", registration_body(contract, model="auto2"))
+    assert copy.status_code == 201, copy.get_json()
+    assert copy.get_json()["baseline"]["selection"] == selection
+    body = registration_body(contract, model="auto3")
+    body["baseline"]["selection"]["chosen"] = "splines"
+    bad = _post(client, auth, "/v1/contracts", body)
+    assert "baseline.selection.chosen" in [d["field"] for d in bad.get_json()["error"]["details"]]
