@@ -280,3 +280,17 @@ def test_auto_records_its_choice_and_every_candidates_evidence(
     body["baseline"]["selection"]["chosen"] = "splines"
     bad = _post(client, auth, "/v1/contracts", body)
     assert "baseline.selection.chosen" in [d["field"] for d in bad.get_json()["error"]["details"]]
+
+
+def test_the_contract_page_shows_the_choice_table(client: FlaskClient, auth: Auth) -> None:
+    contract = _post(client, auth, "/v1/contracts/fit", _fit_body("binary", "auto", "page"))
+    selection = contract.get_json()["baseline"]["selection"]
+    page = client.get(f"/ui/contracts/{contract.get_json()['id']}", headers=auth.headers())
+    assert page.status_code == 200
+    html = page.get_data(as_text=True)
+    assert 'id="selection"' in html and f"<strong>{selection['chosen']}</strong>" in html
+    for candidate in selection["candidates"]:
+        assert f"<td>{candidate['method']}</td>" in html
+    plain = _post(client, auth, "/v1/contracts/fit", _fit_body("binary", "beta", "page2"))
+    other = client.get(f"/ui/contracts/{plain.get_json()['id']}", headers=auth.headers())
+    assert 'id="selection"' not in other.get_data(as_text=True)
