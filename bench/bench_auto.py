@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from service.calibration import default_edges
+from service.calibration import Calibrator, default_edges
 from service.calibration.auto import ALPHA, FOLDS, choose
 from service.contracts.fitting import fit_method
 from service.contracts.model import FIT_METHODS
@@ -70,6 +70,13 @@ SCENARIOS: list[tuple[str, str, Draw]] = [
 ]
 
 
+def _fitter(task: str) -> Callable[[str, object, object], Calibrator]:
+    def fit(method: str, inputs: object, labels: object) -> Calibrator:
+        return fit_method(task, method, inputs, labels)
+
+    return fit
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=20)
@@ -101,7 +108,7 @@ def main() -> None:
                     x,
                     y,
                     methods,
-                    lambda m, a, b, t=task: fit_method(t, m, a, b),
+                    _fitter(task),
                     default_edges(),
                 )
                 counts[selection.chosen] += 1
