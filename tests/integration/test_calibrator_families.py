@@ -4,7 +4,9 @@ with bad parameters is a 422 naming the field with nothing stored."""
 from __future__ import annotations
 
 import json
+import subprocess
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,8 +22,9 @@ from service.calibration import (
 )
 from service.cli import build_parser
 from service.contracts.model import FIT_METHODS
-from tests.integration.conftest import Auth
+from tests.integration.conftest import ADMIN_TOKEN, Auth
 from tests.integration.factories import contract_fields, registration_body
+from tests.integration.test_served import CALMON, Served, served  # noqa: F401 - fixture
 
 EDGES = [0, 0.2, 0.4, 0.6, 0.8, 1]
 FAMILIES = [
@@ -294,3 +297,47 @@ def test_the_contract_page_shows_the_choice_table(client: FlaskClient, auth: Aut
     plain = _post(client, auth, "/v1/contracts/fit", _fit_body("binary", "beta", "page2"))
     other = client.get(f"/ui/contracts/{plain.get_json()['id']}", headers=auth.headers())
     assert 'id="selection"' not in other.get_data(as_text=True)
+
+
+def test_calmon_fit_takes_a_family_and_auto(served: Served, tmp_path: Path) -> None:  # noqa: F811
+    fit_x, fit_y = _data("multiclass", 400, 1)
+    eval_x, eval_y = _data("multiclass", 300, 2)
+    np.savez(tmp_path / "fit.npz", logits=np.array(fit_x), labels=np.array(fit_y))
+    np.savez(tmp_path / "eval.npz", logits=np.array(eval_x), labels=np.array(eval_y))
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(contract_fields("cli-families", bin_edges=EDGES)))
+
+    def fit_cli(*extra: str) -> dict[str, Any]:
+        result = subprocess.run(
+            [
+                str(CALMON),
+                "fit",
+                "--url",
+                served.url,
+                "--token",
+                ADMIN_TOKEN,
+                "--spec",
+                str(spec),
+                "--fit",
+                str(tmp_path / "fit.npz"),
+                "--eval",
+                str(tmp_path / "eval.npz"),
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={"PATH": ""},
+        )
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    matrix = fit_cli("--method", "matrix")
+    assert matrix["calibrator"]["method"] == "matrix" and matrix["baseline_source"] == "measured"
+    assert len(matrix["calibrator"]["weights"]) == 3
+    chosen = fit_cli("--method", "auto", "--local")
+    status, stored = served.call("GET", f"/v1/contracts/{chosen['id']}")
+    assert status == 200 and chosen["baseline_source"] == "supplied"
+    selection = stored["baseline"]["selection"]
+    assert stored["calibrator"]["method"] == selection["chosen"]
+    assert [c["method"] for c in selection["candidates"]] == list(FIT_METHODS["multiclass"])
