@@ -397,7 +397,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fit.add_argument("--fit", required=True, help="the fit set (.csv or .npz)")
     fit.add_argument("--eval", required=True, help="the held-out eval set (.csv or .npz)")
-    fit.add_argument("--method", choices=["temperature", "platt"], default="temperature")
+    fit.add_argument(
+        "--method",
+        choices=[
+            "temperature",
+            "platt",
+            "beta",
+            "isotonic",
+            "histogram",
+            "vector",
+            "matrix",
+            "auto",
+        ],
+        default="temperature",
+    )
     fit.add_argument(
         "--local",
         action="store_true",

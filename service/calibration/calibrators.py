@@ -3,6 +3,13 @@
 * ``TemperatureCalibrator(T)``: multiclass ``softmax(z / T)``; binary ``sigmoid(logit(s) / T)``.
 * ``PlattCalibrator(a, b)``: binary only, ``sigmoid(a * logit(s) + b)`` with ``a > 0``.
 * ``IdentityCalibrator()``: multiclass ``softmax(z)``; binary ``p = s``.
+* binary families ``isotonic``, ``histogram``, ``beta`` (``binary_families``) and multiclass
+  families ``vector``, ``matrix``, one-vs-rest ``isotonic`` (``multiclass_families``).
+
+A multiclass calibrator is applied as ``calibrated_logits``: temperature and identity give the
+logits and their temperature unchanged (``softmax(z / T)``), the families their calibrated
+logits ``z'`` at temperature 1. A binary calibrator gives calibrated log-odds
+(``binary_log_odds``: for isotonic and histogram maps, the clipped logit of their probability).
 
 Binary scores ``s`` are probabilities in [0, 1]; ``logit`` clips them to [1e-6, 1 - 1e-6].
 
@@ -34,10 +41,23 @@ import numpy as np
 from service.calibration._checks import (
     FloatArray,
     finite_number,
+    logit_matrix,
     positive_number,
     unit_scores,
 )
+from service.calibration.binary_families import (
+    BetaCalibrator,
+    BinaryFamily,
+    HistogramCalibrator,
+    IsotonicCalibrator,
+)
 from service.calibration.errors import CalibrationInputError
+from service.calibration.multiclass_families import (
+    IsotonicOvRCalibrator,
+    MatrixCalibrator,
+    MulticlassFamily,
+    VectorCalibrator,
+)
 from service.calibration.probabilities import logit_unchecked, sigmoid_unchecked, softmax
 
 
@@ -83,7 +103,13 @@ class IdentityCalibrator:
         return {"method": "identity"}
 
 
-Calibrator = TemperatureCalibrator | PlattCalibrator | IdentityCalibrator
+Calibrator = (
+    TemperatureCalibrator | PlattCalibrator | IdentityCalibrator | BinaryFamily | MulticlassFamily
+)
+#: The methods for binary contracts only, for multiclass contracts only, and for both.
+BINARY_ONLY = ("platt", "beta", "histogram")
+MULTICLASS_ONLY = ("vector", "matrix")
+BOTH = ("temperature", "identity", "isotonic")
 
 MIN_TEMPERATURE, MAX_TEMPERATURE = 0.05, 20.0
 MIN_PLATT_SLOPE, MAX_PLATT_SLOPE = 1e-6, 1e6
@@ -142,11 +168,20 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     "temperature": ("temperature",),
     "platt": ("slope", "intercept"),
     "identity": (),
+    "isotonic": ("x", "y"),
+    "histogram": ("cuts", "values"),
+    "beta": ("a", "b", "c"),
+    "vector": ("scale", "bias"),
+    "matrix": ("weights", "bias"),
 }
 
 
-def calibrator_from_dict(d: Mapping[str, Any]) -> Calibrator:
-    """Build a calibrator from its JSON form; unknown or missing keys raise with the field name."""
+def calibrator_from_dict(d: Mapping[str, Any], n_classes: int | None = None) -> Calibrator:
+    """Build a calibrator from its JSON form; unknown or missing keys, parameters out of their
+    bounds or sizes other than ``n_classes`` (K, when given) raise with the field name.
+
+    ``isotonic`` is the binary map (``x``, ``y``) or, with ``per_class``, the multiclass one.
+    """
     if not isinstance(d, Mapping):
         raise CalibrationInputError("calibrator", "must be an object")
     method = d.get("method")
@@ -154,15 +189,21 @@ def calibrator_from_dict(d: Mapping[str, Any]) -> Calibrator:
         raise CalibrationInputError(
             "calibrator.method", f"must be one of {sorted(_FIELDS)}, got {method!r}"
         )
-    expected = {"method", *_FIELDS[method]}
+    fields = _FIELDS[method]
+    if method == "isotonic" and "per_class" in d:
+        fields = ("per_class",)
+    expected = {"method", *fields}
     for key in d:
         if key not in expected:
             raise CalibrationInputError(
                 f"calibrator.{key}", f"is not a field of the {method!r} calibrator"
             )
-    for key in _FIELDS[method]:
+    for key in fields:
         if key not in d:
             raise CalibrationInputError(f"calibrator.{key}", "is required")
+    family = _family_from_dict(method, d, n_classes)
+    if family is not None:
+        return family
     if method == "temperature":
         return TemperatureCalibrator(positive_number(d["temperature"], "calibrator.temperature"))
     if method == "platt":
@@ -173,20 +214,64 @@ def calibrator_from_dict(d: Mapping[str, Any]) -> Calibrator:
     return IdentityCalibrator()
 
 
+def _family_from_dict(
+    method: str, d: Mapping[str, Any], n_classes: int | None
+) -> Calibrator | None:
+    field = "calibrator"
+    if method == "isotonic":
+        if "per_class" in d:
+            return IsotonicOvRCalibrator.from_dict(d, field, n_classes)
+        return IsotonicCalibrator.from_dict(d, field)
+    if method == "histogram":
+        return HistogramCalibrator.from_dict(d, field)
+    if method == "beta":
+        return BetaCalibrator.from_dict(d, field)
+    if method == "vector":
+        return VectorCalibrator.from_dict(d, field, n_classes)
+    if method == "matrix":
+        return MatrixCalibrator.from_dict(d, field, n_classes)
+    return None
+
+
+def task_problem(calibrator: Calibrator, task: str | None) -> tuple[str, str] | None:
+    """``(field, why)`` when a calibrator cannot serve a task, else None."""
+    method = calibrator.to_dict()["method"]
+    if task == "multiclass" and method in BINARY_ONLY:
+        return "calibrator.method", f"{method} calibration is for binary contracts only"
+    if task == "binary" and method in MULTICLASS_ONLY:
+        return "calibrator.method", f"{method} scaling is for multiclass contracts only"
+    if task == "multiclass" and isinstance(calibrator, IsotonicCalibrator):
+        return "calibrator.per_class", "a multiclass isotonic calibrator lists one map per class"
+    if task == "binary" and isinstance(calibrator, IsotonicOvRCalibrator):
+        return "calibrator.per_class", "a binary isotonic calibrator is one map (x, y)"
+    return None
+
+
+def calibrated_logits(calibrator: Calibrator, logits: FloatArray) -> tuple[FloatArray, float]:
+    """``(z', T)`` with ``p = softmax(z' / T)`` for validated (N, K) logits: temperature and
+    identity return the logits themselves and their temperature; the multiclass families their
+    calibrated logits and T = 1. Binary-only calibrators are refused."""
+    if isinstance(calibrator, VectorCalibrator | MatrixCalibrator | IsotonicOvRCalibrator):
+        return calibrator.logits(logits), 1.0
+    return logits, temperature_of(calibrator)
+
+
 def temperature_of(calibrator: Calibrator) -> float:
     """Return the multiclass temperature of ``calibrator`` (1 for identity); Platt is refused."""
     if isinstance(calibrator, TemperatureCalibrator):
         return calibrator.temperature
     if isinstance(calibrator, IdentityCalibrator):
         return 1.0
+    method = calibrator.to_dict()["method"]
     raise CalibrationInputError(
-        "calibrator.method", "platt is binary-only and cannot calibrate multiclass logits"
+        "calibrator.method", f"{method} is not a temperature for multiclass logits"
     )
 
 
 def multiclass_probabilities(calibrator: Calibrator, logits: Any) -> FloatArray:
     """Return (N, K) calibrated probabilities for (N, K) logits."""
-    return softmax(logits, temperature_of(calibrator))
+    z, T = calibrated_logits(calibrator, logit_matrix(logits))
+    return softmax(z, T)
 
 
 def binary_log_odds(calibrator: Calibrator, scores: FloatArray) -> FloatArray:
@@ -194,6 +279,14 @@ def binary_log_odds(calibrator: Calibrator, scores: FloatArray) -> FloatArray:
 
     Identity gives ``logit(s)``, which is clipped: use ``binary_probabilities`` for ``p = s``.
     """
+    if isinstance(calibrator, BetaCalibrator):
+        return calibrator.log_odds(scores)
+    if isinstance(calibrator, IsotonicCalibrator | HistogramCalibrator):
+        return logit_unchecked(calibrator.apply(scores))
+    if isinstance(calibrator, VectorCalibrator | MatrixCalibrator | IsotonicOvRCalibrator):
+        raise CalibrationInputError(
+            "calibrator.method", "a multiclass calibrator cannot calibrate binary scores"
+        )
     z = logit_unchecked(scores)
     if isinstance(calibrator, PlattCalibrator):
         z *= calibrator.slope
@@ -208,4 +301,18 @@ def binary_probabilities(calibrator: Calibrator, scores: Any) -> FloatArray:
     s = unit_scores(scores)
     if isinstance(calibrator, IdentityCalibrator):
         return np.array(s, dtype=np.float64)
+    if isinstance(calibrator, IsotonicCalibrator | HistogramCalibrator):
+        return calibrator.apply(s)
     return sigmoid_unchecked(binary_log_odds(calibrator, s))
+
+
+def binary_map(calibrator: Calibrator, scores: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """``(p, log_odds)`` of validated (N,) scores: the calibrated P(positive) and the log-odds
+    the NLL and the refit temperature use (identity, isotonic and histogram: ``p`` is exact and
+    the log-odds are its clipped logit)."""
+    log_odds = binary_log_odds(calibrator, scores)
+    if isinstance(calibrator, IdentityCalibrator):
+        return np.array(scores, dtype=np.float64), log_odds
+    if isinstance(calibrator, IsotonicCalibrator | HistogramCalibrator):
+        return calibrator.apply(scores), log_odds
+    return sigmoid_unchecked(log_odds), log_odds

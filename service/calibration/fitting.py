@@ -38,7 +38,7 @@ from service.calibration.calibrators import (
     MIN_TEMPERATURE,
     Calibrator,
     binary_log_odds,
-    temperature_of,
+    calibrated_logits,
 )
 from service.calibration.errors import FitError
 from service.calibration.probabilities import (
@@ -152,7 +152,8 @@ def refit_temperature(
     where the calibrated log-odds (Platt, temperature or clipped identity) are rescaled.
     """
     if task == "multiclass":
-        return fit_temperature(logit_matrix(inputs) / temperature_of(calibrator), labels)
+        z, T = calibrated_logits(calibrator, logit_matrix(inputs))
+        return fit_temperature(z / T, labels)
     if task == "binary":
         return fit_log_odds_temperature(binary_log_odds(calibrator, unit_scores(inputs)), labels)
     raise FitError("task", f"must be 'multiclass' or 'binary', got {task!r}")

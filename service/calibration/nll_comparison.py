@@ -128,12 +128,15 @@ def nll_difference(task: str, inputs: Any, labels: Any, calibrator: Calibrator) 
 
 
 def fitted_parameters(calibrator: Calibrator) -> int:
-    """How many parameters the calibrator fits: temperature 1, Platt 2, identity 0."""
+    """How many parameters the calibrator fits: temperature 1, Platt 2, identity 0, a family
+    its ``parameters`` (isotonic: its distinct levels; histogram: its bins)."""
     if isinstance(calibrator, TemperatureCalibrator):
         return 1
     if isinstance(calibrator, PlattCalibrator):
         return 2
-    return 0
+    if isinstance(calibrator, IdentityCalibrator):
+        return 0
+    return int(calibrator.parameters)
 
 
 @dataclass(frozen=True)

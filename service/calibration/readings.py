@@ -23,6 +23,7 @@ from scipy.stats import rankdata
 
 from service.calibration._checks import (
     FloatArray,
+    IntArray,
     class_labels,
     finite_number,
     logit_matrix,
@@ -33,7 +34,7 @@ from service.calibration.calibrators import (
     Calibrator,
     IdentityCalibrator,
     binary_probabilities,
-    temperature_of,
+    calibrated_logits,
 )
 from service.calibration.ece_inference import EceInference, infer_ece
 from service.calibration.errors import CalibrationInputError
@@ -47,8 +48,9 @@ from service.calibration.stats import (
 )
 
 _NAN = float("nan")
-#: ``mce`` looks only at bins holding at least this many rows: a bin of n rows has a gap whose
-#: noise alone is up to ``0.5 / sqrt(n)``, so the largest gap of a few tiny bins says nothing.
+#: ``mce_supported`` looks only at bins holding at least this many rows: a bin of n rows has a
+#: gap whose noise alone is up to ``0.5 / sqrt(n)``, so the largest gap of a few tiny bins says
+#: little. ``mce`` itself (the standard maximum calibration error) looks at every non-empty bin.
 MCE_MIN_ROWS = 50
 
 
@@ -131,10 +133,13 @@ class Reading:
 
     Common: ``ece`` (the plug-in binned ECE), ``ece_debiased`` and ``ece_ci`` (its 95% interval)
     for the true binned ECE, ``calibration_p_value`` (of "every bin is calibrated"), ``mce``
-    (largest gap among bins of at least ``MCE_MIN_ROWS`` rows; NaN if none) and ``mce_n`` (that
-    bin's rows), ``nll`` (mean natural-log loss), ``brier`` (multiclass in [0, 2], binary in
-    [0, 1]), ``accuracy``, ``mean_confidence`` (binary: mean p), ``bins`` (non-empty bins only),
-    ``label_counts``. See ``ece_inference`` for the estimate, interval and test.
+    (the maximum calibration error: largest gap over every non-empty bin, as torchmetrics and
+    netcal compute it; NaN without rows) and ``mce_n`` (that bin's rows), ``mce_supported``
+    (largest gap among bins of at least ``mce_min_rows`` rows; NaN if none) and
+    ``mce_supported_n`` (that bin's rows), ``nll`` (mean natural-log loss), ``brier``
+    (multiclass in [0, 2], binary in [0, 1]), ``accuracy``, ``mean_confidence`` (binary: mean
+    p), ``bins`` (non-empty bins only), ``label_counts``. See ``ece_inference`` for the
+    estimate, interval and test.
     Multiclass: ``classwise_ece`` (None without classwise tables) and, for two classes with
     classwise tables, ``positive_class`` (``PositiveClassView``). Binary: ``auc``,
     ``prevalence``, ``mean_score``, ``threshold`` and ``expected_cost`` (None without costs).
@@ -148,6 +153,9 @@ class Reading:
     calibration_p_value: float
     mce: float
     mce_n: int | None
+    mce_supported: float
+    mce_supported_n: int | None
+    mce_min_rows: int
     nll: float
     brier: float
     accuracy: float
@@ -172,6 +180,9 @@ class Reading:
             "calibration_p_value": _json(self.calibration_p_value),
             "mce": _json(self.mce),
             "mce_n": self.mce_n,
+            "mce_supported": _json(self.mce_supported),
+            "mce_supported_n": self.mce_supported_n,
+            "mce_min_rows": self.mce_min_rows,
             "nll": _json(self.nll),
             "brier": _json(self.brier),
             "accuracy": _json(self.accuracy),
@@ -245,7 +256,7 @@ class Reading:
             values["calibration_p_value"] = _number_or_nan(
                 d["calibration_p_value"], f"{field}.calibration_p_value"
             )
-        mce_n = d.get("mce_n")
+        values.update(_mce_values(d, values.pop("mce"), parsed_bins, field))
         if d.get("positive_class") is not None:
             values["positive_class"] = PositiveClassView.from_dict(
                 d["positive_class"], f"{field}.positive_class"
@@ -257,7 +268,6 @@ class Reading:
                 _number_or_nan(ci[0], f"{field}.ece_ci"),
                 _number_or_nan(ci[1], f"{field}.ece_ci"),
             ),
-            mce_n=None if mce_n is None else _whole(mce_n, f"{field}.mce_n"),
             bins=parsed_bins,
             label_counts=tuple(_whole(c, f"{field}.label_counts") for c in counts),
             **values,
@@ -278,12 +288,62 @@ REQUIRED_KEYS = (
     "label_counts",
 )
 #: Written by ``to_dict``; readings stored before they existed are read back without them.
-_INFERRED_KEYS = ("ece_debiased", "calibration_p_value", "mce_n")
+_INFERRED_KEYS = (
+    "ece_debiased",
+    "calibration_p_value",
+    "mce_n",
+    "mce_supported",
+    "mce_supported_n",
+    "mce_min_rows",
+)
 _MULTICLASS_KEYS = ("classwise_ece",)
 _BINARY_KEYS = ("auc", "prevalence", "mean_score", "threshold", "expected_cost")
 _BIN_KEYS = ("lo", "hi", "n", "mean_confidence", "accuracy", "ci")
 #: Counts beyond 2^53 - 1 are neither exact in JSON clients nor in float64 arithmetic.
 _MAX_COUNT = 2**53 - 1
+
+
+def worst_bin(gaps: FloatArray, sizes: IntArray, min_rows: int = 1) -> tuple[float, int | None]:
+    """The largest gap among bins of at least ``min_rows`` rows and that bin's rows, or
+    ``(NaN, None)`` when no bin has that many; ``gaps`` and ``sizes`` are (B,) per bin."""
+    kept = np.flatnonzero(sizes >= max(min_rows, 1))
+    if not kept.size:
+        return _NAN, None
+    worst = int(kept[np.argmax(gaps[kept])])
+    return float(gaps[worst]), int(sizes[worst])
+
+
+def _mce_values(
+    d: Mapping[str, Any], mce: float, bins: tuple[ReliabilityBin, ...], field: str
+) -> dict[str, Any]:
+    """The MCE fields of a stored reading. One without ``mce_supported`` was written when
+    ``mce`` named the supported variant: its ``mce`` and ``mce_n`` are that variant's, and the
+    maximum over every non-empty bin is recomputed from its bins."""
+    mce_n = d.get("mce_n")
+    if "mce_supported" not in d:
+        gaps = np.array([abs(b.mean_confidence - b.accuracy) for b in bins], dtype=np.float64)
+        sizes = np.array([b.n for b in bins], dtype=np.int64)
+        full, full_n = worst_bin(gaps, sizes)
+        return {
+            "mce": full,
+            "mce_n": full_n,
+            "mce_supported": mce,
+            "mce_supported_n": None if mce_n is None else _whole(mce_n, f"{field}.mce_n"),
+            "mce_min_rows": MCE_MIN_ROWS,
+        }
+    supported_n = d.get("mce_supported_n")
+    min_rows = _whole(d.get("mce_min_rows", MCE_MIN_ROWS), f"{field}.mce_min_rows")
+    if min_rows < 1:
+        raise CalibrationInputError(f"{field}.mce_min_rows", "must be at least 1")
+    return {
+        "mce": mce,
+        "mce_n": None if mce_n is None else _whole(mce_n, f"{field}.mce_n"),
+        "mce_supported": _number_or_nan(d["mce_supported"], f"{field}.mce_supported"),
+        "mce_supported_n": (
+            None if supported_n is None else _whole(supported_n, f"{field}.mce_supported_n")
+        ),
+        "mce_min_rows": min_rows,
+    }
 
 
 def _json(value: float | None) -> float | None:
@@ -466,8 +526,8 @@ def reading_from_stats(
     )
     per_n = (lambda x: x / N) if N else (lambda x: _NAN)
     inferred = infer_ece(counts, stats.bin_confidence_sum, stats.bin_correct_sum)
-    trusted = np.flatnonzero(size >= MCE_MIN_ROWS)
-    worst = int(trusted[np.argmax(gaps[trusted] / size[trusted])]) if trusted.size else None
+    mce, mce_n = worst_bin(gaps / size, size)
+    supported, supported_n = worst_bin(gaps / size, size, MCE_MIN_ROWS)
     common: dict[str, Any] = {
         "task": stats.task,
         "n": N,
@@ -475,8 +535,11 @@ def reading_from_stats(
         "ece_debiased": inferred.debiased,
         "ece_ci": inferred.interval,
         "calibration_p_value": inferred.p_value,
-        "mce": _NAN if worst is None else float(gaps[worst] / size[worst]),
-        "mce_n": None if worst is None else int(size[worst]),
+        "mce": mce,
+        "mce_n": mce_n,
+        "mce_supported": supported,
+        "mce_supported_n": supported_n,
+        "mce_min_rows": MCE_MIN_ROWS,
         "nll": per_n(stats.nll_sum),
         "brier": per_n(stats.brier_sum),
         "accuracy": per_n(float(stats.correct_sum)),
@@ -549,8 +612,7 @@ def multiclass_expected_accuracy(
 
     For a calibrated model this is the accuracy it predicts before the labels arrive.
     """
-    z = logit_matrix(logits)
-    T = temperature_of(calibrator)
+    z, T = calibrated_logits(calibrator, logit_matrix(logits))
     if z.shape[0] == 0:
         return _NAN
     work = z - z.max(axis=1, keepdims=True)

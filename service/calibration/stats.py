@@ -40,11 +40,11 @@ from service.calibration.binning import bin_index, default_edges, is_equal_width
 from service.calibration.calibrators import (
     Calibrator,
     IdentityCalibrator,
-    binary_log_odds,
-    temperature_of,
+    binary_map,
+    calibrated_logits,
 )
 from service.calibration.errors import CalibrationInputError
-from service.calibration.probabilities import log_sigmoid_unchecked, sigmoid_unchecked
+from service.calibration.probabilities import log_sigmoid_unchecked
 
 MULTICLASS = "multiclass"
 BINARY = "binary"
@@ -323,7 +323,7 @@ class _RowTerms:
 
 
 def _multiclass_terms(
-    z: FloatArray, y: IntArray, e: FloatArray, T: float, classwise: bool
+    z: FloatArray, T: float, y: IntArray, e: FloatArray, classwise: bool
 ) -> _RowTerms:
     N, K = z.shape
     M = e.size - 1
@@ -367,11 +367,7 @@ def _multiclass_terms(
 def _binary_terms(
     s: FloatArray, y: IntArray, e: FloatArray, calibrator: Calibrator, tau: float
 ) -> _RowTerms:
-    log_odds = binary_log_odds(calibrator, s)
-    if isinstance(calibrator, IdentityCalibrator):
-        p = np.array(s, dtype=np.float64)
-    else:
-        p = sigmoid_unchecked(log_odds)
+    p, log_odds = binary_map(calibrator, s)
     positive = y == 1
     signed = np.where(positive, log_odds, -log_odds)
     residual = p - y
@@ -464,20 +460,21 @@ def multiclass_stats(
     calibrator: Calibrator = IdentityCalibrator(),  # noqa: B008 - immutable frozen dataclass
     classwise: bool = True,
 ) -> CalibrationStats:
-    """Summarise (N, K) raw logits and (N,) labels in 0..K-1 under a temperature calibrator.
+    """Summarise (N, K) raw logits and (N,) labels in 0..K-1 under a multiclass calibrator.
 
     Any per-row shift of the logits is irrelevant, so log-probabilities work as input too.
-    Platt calibrators are refused (binary only). ``classwise=False`` skips the (K, M) tables,
+    Binary-only calibrators are refused. The prediction is the argmax of the calibrated logits
+    (of the raw logits under temperature and identity). ``classwise=False`` skips the (K, M) tables,
     which cost about as much as everything else together.
     """
     z = logit_matrix(logits)
     N, K = z.shape
     y = class_labels(labels, N, K)
     e = validate_edges(edges)
-    T = temperature_of(calibrator)
     if N == 0:
+        calibrated_logits(calibrator, z)  # refuses a binary-only calibrator
         return empty_stats(MULTICLASS, e, K, classwise=classwise)
-    terms = _multiclass_terms(z, y, e, T, classwise)
+    terms = _multiclass_terms(*calibrated_logits(calibrator, z), y, e, classwise)
     return _stats_of(terms, _reduce(terms, None, 1), 0)
 
 
@@ -514,7 +511,7 @@ def row_nll(task: str, inputs: Any, labels: Any, calibrator: Calibrator) -> Floa
     if task == MULTICLASS:
         z = logit_matrix(inputs)
         y = class_labels(labels, z.shape[0], z.shape[1])
-        return _multiclass_terms(z, y, e, temperature_of(calibrator), False).nll
+        return _multiclass_terms(*calibrated_logits(calibrator, z), y, e, False).nll
     if task == BINARY:
         s = unit_scores(inputs)
         return _binary_terms(s, class_labels(labels, s.shape[0], 2), e, calibrator, 0.5).nll
@@ -553,10 +550,9 @@ def grouped_stats(
     if task == MULTICLASS:
         z = logit_matrix(inputs)
         terms = _multiclass_terms(
-            z,
+            *calibrated_logits(calibrator, z),
             class_labels(labels, z.shape[0], z.shape[1]),
             e,
-            temperature_of(calibrator),
             classwise,
         )
     else:

@@ -15,6 +15,7 @@ from service.common.errors import ErrorCollector
 from service.common.fields import Custom, Integer, Number, Obj
 from service.common.values import expect_object
 from service.contracts.model import MAX_BIN_EDGES, MAX_CLASSES
+from service.contracts.selection_checks import SELECTION_SCHEMA, check_selection
 
 #: Largest NLL a baseline may state, in nats (``service.contracts.requests``).
 MAX_NLL = 1e9
@@ -48,6 +49,9 @@ READING_SCHEMA: dict[str, Any] = {
         "calibration_p_value": _NULLABLE_FRACTION,
         "mce": _NULLABLE_FRACTION,
         "mce_n": {"type": ["integer", "null"]},
+        "mce_supported": _NULLABLE_FRACTION,
+        "mce_supported_n": {"type": ["integer", "null"]},
+        "mce_min_rows": Integer(1).schema(),
         "nll": Number(0, MAX_NLL).schema(),
         "brier": Number(0, 2).schema(),
         "accuracy": _FRACTION,
@@ -100,7 +104,7 @@ _SPLIT_SCHEMA = Obj(
 #: ``{"fit"|"eval": {"uncalibrated": R, "calibrated": R, "nll_difference"?: D}}``.
 BASELINE_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "properties": {"fit": _SPLIT_SCHEMA, "eval": _SPLIT_SCHEMA},
+    "properties": {"fit": _SPLIT_SCHEMA, "eval": _SPLIT_SCHEMA, "selection": SELECTION_SCHEMA},
     "required": ["fit", "eval"],
     "additionalProperties": False,
 }
@@ -198,10 +202,12 @@ def _parse_reading(
     lower, upper = reading.ece_ci
     if not 0 <= lower <= upper <= 1:
         errors.add(f"{path}.ece_ci", "must be [lower, upper] with 0 <= lower <= upper <= 1")
-    for key in ("mce", "ece_debiased", "calibration_p_value"):
+    for key in ("mce", "mce_supported", "ece_debiased", "calibration_p_value"):
         _check_range(getattr(reading, key), f"{path}.{key}", errors, 0, 1, nullable=True)
-    if reading.mce_n is not None and not 1 <= reading.mce_n <= reading.n:
-        errors.add(f"{path}.mce_n", f"must lie in [1, n = {reading.n}] or be null")
+    for key in ("mce_n", "mce_supported_n"):
+        count = getattr(reading, key)
+        if count is not None and not 1 <= count <= reading.n:
+            errors.add(f"{path}.{key}", f"must lie in [1, n = {reading.n}] or be null")
     if task == "binary":
         _check_range(reading.auc, f"{path}.auc", errors, 0, 1, nullable=True)
         for key in ("prevalence", "mean_score", "threshold"):
@@ -240,7 +246,7 @@ def parse_baseline(
 
     * ``n`` >= 1; ``ece``, ``accuracy``, ``mean_confidence`` in [0, 1]; ``nll`` in [0, MAX_NLL];
       ``brier`` in [0, 2] (binary [0, 1]); ``ece_ci`` as [lower, upper] within [0, 1]; ``mce`` in
-      [0, 1], or null when no bin holds ``MCE_MIN_ROWS`` rows;
+      [0, 1] (the largest gap over every non-empty bin), or null;
     * ``label_counts``: K counts adding up to n;
     * ``bins``: the non-empty bins in the order of ``bin_edges``, each with ``lo`` and ``hi`` two
       consecutive edges, ``n`` >= 1 (adding up to the reading's n), ``mean_confidence`` and
@@ -249,7 +255,11 @@ def parse_baseline(
       ``threshold`` in [0, 1]; multiclass readings have none of the binary keys.
 
     Optional: ``ece_debiased`` and ``calibration_p_value`` in [0, 1] (recomputed from the bins
-    when either is absent), ``mce_n`` in [1, n], ``classwise_ece`` (multiclass, in [0, 2]),
+    when either is absent), ``mce_n`` in [1, n]; ``mce_supported`` in [0, 1] or null
+    (the largest gap among bins of at least ``mce_min_rows`` >= 1 rows) with
+    ``mce_supported_n`` in [1, n] (a reading without ``mce_supported`` is read as one whose
+    ``mce`` and ``mce_n`` name that variant at 50 rows, and gets ``mce`` from its bins),
+    ``classwise_ece`` (multiclass, in [0, 2]),
     ``expected_cost`` (binary, in [0, MAX_COST]); each may be null where the reading had no
     value; ``positive_class`` (two-class multiclass only) with bins on the edges adding up to n.
     ``nll_difference`` is ``NllDifference``'s form over the n rows of the split, its mean, sd
@@ -257,9 +267,13 @@ def parse_baseline(
     same rows: same n, same label counts. The baseline is stored as given: everything accepted
     here reads back.
     """
-    baseline = expect_object(value, "baseline", errors, required=("fit", "eval"))
+    baseline = expect_object(
+        value, "baseline", errors, required=("fit", "eval"), optional=("selection",)
+    )
     if baseline is None or task is None:
         return {}
+    if "selection" in baseline:
+        check_selection(baseline["selection"], errors)
     for split in ("fit", "eval"):
         path = f"baseline.{split}"
         part = expect_object(

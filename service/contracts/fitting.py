@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -14,40 +15,103 @@ from service.calibration import (
     PlattCalibrator,
     Reading,
     TemperatureCalibrator,
+    binary_probabilities,
     binary_reading,
+    default_edges,
     fit_binary_temperature,
     fit_platt,
     fit_temperature,
+    multiclass_probabilities,
     multiclass_reading,
 )
+from service.calibration.auto import Selection, choose
+from service.calibration.binary_families import (
+    BetaCalibrator,
+    HistogramCalibrator,
+    IsotonicCalibrator,
+)
 from service.calibration.calibrators import check_bounds
+from service.calibration.multiclass_families import (
+    IsotonicOvRCalibrator,
+    MatrixCalibrator,
+    VectorCalibrator,
+)
 from service.calibration.nll_comparison import nll_difference
 from service.common.errors import ErrorDetail, ValidationFailed
 from service.contracts.labeled_sets import LabeledSet
-from service.contracts.model import Baseline, BaselineSplit, ContractSpec
-from service.contracts.requests import FitRequest, check_disjoint, spec_of
+from service.contracts.model import FIT_METHODS, Baseline, BaselineSplit, ContractSpec
+from service.contracts.requests import EqualMass, FitRequest, check_disjoint, spec_of
+
+_FAMILIES: dict[tuple[str, str], Any] = {
+    ("binary", "isotonic"): IsotonicCalibrator.fit,
+    ("binary", "histogram"): HistogramCalibrator.fit,
+    ("binary", "beta"): BetaCalibrator.fit,
+    ("multiclass", "isotonic"): IsotonicOvRCalibrator.fit,
+    ("multiclass", "vector"): VectorCalibrator.fit,
+    ("multiclass", "matrix"): MatrixCalibrator.fit,
+}
+
+
+def fit_method(task: str, method: str, inputs: Any, labels: Any) -> Calibrator:
+    """The calibrator of ``method`` fitted on (N, K) logits or (N,) scores and their labels,
+    within the bounds a registered one must respect (``calibrators.check_bounds``: a Platt
+    fit on scores that barely vary can exceed them). Raises ``CalibrationInputError``."""
+    calibrator: Calibrator
+    family = _FAMILIES.get((task, method))
+    if family is not None:
+        calibrator = family(inputs, labels)
+    elif method == "identity":
+        calibrator = IdentityCalibrator()
+    elif task == "multiclass":
+        calibrator = TemperatureCalibrator(fit_temperature(inputs, labels).temperature)
+    elif method == "platt":
+        result = fit_platt(inputs, labels)
+        calibrator = PlattCalibrator(result.slope, result.intercept)
+    else:
+        calibrator = TemperatureCalibrator(fit_binary_temperature(inputs, labels).temperature)
+    check_bounds(calibrator)
+    return calibrator
+
+
+def _select(task: str, fit: LabeledSet, edges: tuple[float, ...] | EqualMass) -> Selection:
+    """Cross-validate every method of the task inside the fit set (``calibration.auto``); the
+    ECE bins are the contract's, or 15 equal ones when its edges come from the fit."""
+    bins = default_edges() if isinstance(edges, EqualMass) else np.asarray(edges, dtype=np.float64)
+    try:
+        return choose(task, fit.inputs, fit.labels, FIT_METHODS[task], _fit_for(task), bins)
+    except CalibrationInputError as exc:
+        raise ValidationFailed(
+            f"the calibrator could not be chosen: {exc}", [ErrorDetail("fit", str(exc))]
+        ) from exc
+
+
+def _fit_for(task: str) -> Any:
+    return lambda method, inputs, labels: fit_method(task, method, inputs, labels)
 
 
 def _fit_calibrator(task: str, method: str, fit: LabeledSet) -> Calibrator:
-    """The calibrator fitted on ``fit``, within the bounds a registered one must respect
-    (``calibrators.check_bounds``): a Platt fit on scores that barely vary can exceed them."""
-    calibrator: Calibrator
+    """The calibrator fitted on ``fit`` (``fit_method``); a fit that fails is a 422."""
     try:
-        if task == "multiclass":
-            calibrator = TemperatureCalibrator(fit_temperature(fit.inputs, fit.labels).temperature)
-        elif method == "platt":
-            result = fit_platt(fit.inputs, fit.labels)
-            calibrator = PlattCalibrator(result.slope, result.intercept)
-        else:
-            calibrator = TemperatureCalibrator(
-                fit_binary_temperature(fit.inputs, fit.labels).temperature
-            )
-        check_bounds(calibrator)
+        return fit_method(task, method, fit.inputs, fit.labels)
     except CalibrationInputError as exc:
         raise ValidationFailed(
             f"the calibrator could not be fitted: {exc}", [ErrorDetail("fit", str(exc))]
         ) from exc
-    return calibrator
+
+
+def equal_mass_edges(task: str, data: LabeledSet, calibrator: Calibrator, bins: int) -> np.ndarray:
+    """The (M' + 1,) edges ``0, q_1, ..., q_{M-1}, 1`` with ``q_j`` the ``j / M`` quantile of the
+    calibrated confidences of ``data`` (multiclass: top-label confidence; binary: P(positive)),
+    taken as the inverted empirical CDF (the smallest confidence with at least ``j N / M`` rows
+    at or below it), so tied confidences give equal quantiles; those, and any on 0 or 1, are
+    merged, so M' <= M."""
+    if task == "multiclass":
+        confidence = multiclass_probabilities(calibrator, data.inputs).max(axis=1)
+    else:
+        confidence = binary_probabilities(calibrator, data.inputs)
+    inner = np.quantile(confidence, np.arange(1, bins) / bins, method="inverted_cdf")
+    inner = np.unique(inner[(inner > 0.0) & (inner < 1.0)])
+    return np.r_[0.0, inner, 1.0]
 
 
 def reading_of(
@@ -93,7 +157,15 @@ def fit_contract_spec(request: FitRequest) -> ContractSpec:
     )
     check_disjoint(split)
     task = fields["task"]
-    calibrator = _fit_calibrator(task, request.method, request.fit)
+    selection = None
+    method = request.method
+    if method == "auto":
+        selection = _select(task, request.fit, fields["bin_edges"])
+        method = selection.chosen
+    calibrator = _fit_calibrator(task, method, request.fit)
+    if isinstance(fields["bin_edges"], EqualMass):
+        edges = equal_mass_edges(task, request.fit, calibrator, fields["bin_edges"].bins)
+        fields = {**fields, "bin_edges": tuple(edges.tolist())}
     edges = np.asarray(fields["bin_edges"], dtype=np.float64)
     policy = DriftPolicy.from_dict(fields["policy"])
     costs = policy.costs if task == "binary" else None
@@ -101,4 +173,6 @@ def fit_contract_spec(request: FitRequest) -> ContractSpec:
         baseline_split(task, request.fit, edges, calibrator, costs),
         baseline_split(task, request.eval, edges, calibrator, costs),
     )
+    if selection is not None:
+        baseline = Baseline({**baseline.document, "selection": selection.to_dict()})
     return spec_of(fields, split=split, calibrator=calibrator, baseline=baseline)

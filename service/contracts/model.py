@@ -3,8 +3,8 @@ baseline, and the content hash.
 
 A contract is immutable once stored. Its ``content_sha256`` is the SHA-256 of the canonical JSON
 (``service.common.hashing``) of every field except the hash itself and the retirement, which is
-a later event. The rules that need the contract's task live here once: Platt scaling is for
-binary contracts only (``method_problem``), and a binary contract's decision threshold is
+a later event. The rules that need the contract's task live here once: the calibration methods
+of each task (``method_problem``), and a binary contract's decision threshold is
 ``c_fp / (c_fp + c_fn)`` when its policy sets costs, else 0.5 (``Contract.threshold``).
 
 The bounds on what a client may register are in ``service.contracts.requests``.
@@ -46,11 +46,18 @@ MAX_BIN_EDGES = 101
 WHICH = ("uncalibrated", "calibrated")
 
 
+#: The calibration methods a fit request may name, per task (``auto`` chooses among them).
+FIT_METHODS: dict[str, tuple[str, ...]] = {
+    "binary": ("temperature", "platt", "beta", "isotonic", "histogram"),
+    "multiclass": ("temperature", "vector", "matrix", "isotonic"),
+}
+
+
 def method_problem(method: str, task: str | None) -> str | None:
-    """Why a calibration method does not fit a task, or None: Platt is for binary tasks only."""
-    if method == "platt" and task == "multiclass":
-        return "platt scaling is for binary contracts only"
-    return None
+    """Why a calibration method does not fit a task, or None (``FIT_METHODS``)."""
+    if task not in FIT_METHODS or method in FIT_METHODS[task] or method in ("identity", "auto"):
+        return None
+    return f"{method} is not a method for {task} contracts; use one of {list(FIT_METHODS[task])}"
 
 
 @dataclass(frozen=True)
@@ -296,7 +303,7 @@ def spec_from_stored(fields: Mapping[str, Any]) -> ContractSpec:
         checkpoint=fields["checkpoint"],
         task=fields["task"],
         classes=tuple(fields["classes"]),
-        calibrator=calibrator_from_dict(fields["calibrator"]),
+        calibrator=calibrator_from_dict(fields["calibrator"], len(fields["classes"])),
         objective=fields["objective"],
         population=fields["population"],
         outcome=fields["outcome"],

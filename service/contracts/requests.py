@@ -10,7 +10,8 @@ Bounds on what a client may register (each refused with a 422 naming the field):
   within +-``MAX_ABS_LOGIT`` also keep every statistic finite only for K up to this cap.
 * ``bin_edges``: at most ``MAX_BIN_EDGES`` = 101 edges (100 bins): finer bins than 0.01 hold too
   few predictions to read, and M multiplies the bucket size as K does.
-* the calibrator's parameters: ``service.calibration.calibrators.check_bounds``.
+* the calibrator's parameters: ``service.calibration.calibrators.check_bounds`` and the
+  bounds of the families (``binary_families``, ``multiclass_families``); sizes tied to K.
 * the policy: ``max_ece`` and ``max_ece_increase`` in [0, 1]; ``min_labeled`` an integer in
   [0, 2^53 - 1]; the costs ``c_fp``, ``c_fn`` in [``MIN_COST``, ``MAX_COST``] = [1e-6, 1e6]: only
   their ratio sets the threshold, and the bounds keep it and the expected cost finite.
@@ -46,7 +47,9 @@ from service.calibration.calibrators import (
     MIN_PLATT_SLOPE,
     MIN_TEMPERATURE,
     check_bounds,
+    task_problem,
 )
+from service.calibration.families_schema import FAMILY_SCHEMAS
 from service.common.errors import ErrorCollector, LeakageError
 from service.common.fields import (
     Body,
@@ -63,6 +66,7 @@ from service.common.values import NAME_PATTERN, expect_str, finite_float, format
 from service.contracts.baseline_checks import BASELINE_SCHEMA, MAX_COST, parse_baseline
 from service.contracts.labeled_sets import LABELED_SET_SCHEMA, LabeledSet, parse_labeled_set
 from service.contracts.model import (
+    FIT_METHODS,
     MAX_BIN_EDGES,
     MAX_CLASSES,
     TASKS,
@@ -159,10 +163,29 @@ def _split(value: Any, path: str, errors: ErrorCollector, context: Context) -> S
     return Split(split["method"], split.get("fit_fingerprint"), split.get("eval_fingerprint"))
 
 
-def _edges(value: Any, path: str, errors: ErrorCollector, context: Context) -> tuple[float, ...]:
-    """Strictly increasing from 0 to 1, at most ``MAX_BIN_EDGES``; default 15 equal bins."""
+@dataclass(frozen=True)
+class EqualMass:
+    """``{"equal_mass": M}`` in a fit request: M bins of equal mass, their edges fixed at fit
+    time from the fit set's calibrated confidences (``contracts.fitting.equal_mass_edges``)."""
+
+    bins: int
+
+
+_EQUAL_MASS = Obj({"equal_mass": Integer(1, MAX_BIN_EDGES - 1)}, required=("equal_mass",))
+
+
+def _edges(
+    value: Any, path: str, errors: ErrorCollector, context: Context
+) -> tuple[float, ...] | EqualMass:
+    """Strictly increasing from 0 to 1, at most ``MAX_BIN_EDGES``; default 15 equal bins; or,
+    in a fit request, ``{"equal_mass": M}`` with M in [1, MAX_BIN_EDGES - 1]."""
     if value is None:
         return tuple(float(e) for e in default_edges())
+    if isinstance(value, dict):
+        parsed = _EQUAL_MASS.parse(value, path, errors, context)
+        if parsed is None or parsed.get("equal_mass") is None:
+            return ()
+        return EqualMass(int(parsed["equal_mass"]))
     if not isinstance(value, list):
         errors.add(path, "expected a list of numbers")
         return ()
@@ -207,15 +230,18 @@ def parse_policy(value: Any, errors: ErrorCollector, path: str = "policy") -> di
 
 def _calibrator(value: Any, path: str, errors: ErrorCollector, context: Context) -> Any:
     """A calibrator for the contract's task within the parameter bounds a client may set."""
+    task, classes = context.values.get("task"), context.values.get("classes")
     try:
-        calibrator = calibrator_from_dict(value)
+        calibrator = calibrator_from_dict(value, len(classes) if classes else None)
         check_bounds(calibrator)
     except CalibrationInputError as exc:
         _calibration_field(errors, path, exc)
         return None
-    problem = method_problem(calibrator.to_dict()["method"], context.values.get("task"))
+    problem = task_problem(calibrator, task)
     if problem is not None:
-        errors.add(f"{path}.method", problem)
+        errors.add(*problem)
+    if task == "multiclass" and not classes:
+        return None
     return calibrator
 
 
@@ -237,6 +263,7 @@ CALIBRATOR_SCHEMA: dict[str, Any] = {
             required=("method", "slope", "intercept"),
         ).schema(),
         Obj({"method": Text(choices=("identity",))}, required=("method",)).schema(),
+        *FAMILY_SCHEMAS,
     ]
 }
 
@@ -244,6 +271,9 @@ CALIBRATOR_SCHEMA: dict[str, Any] = {
 def _baseline(value: Any, path: str, errors: ErrorCollector, context: Context) -> Any:
     values = context.values
     if values.get("task") is None:
+        return None
+    if isinstance(values.get("bin_edges"), EqualMass):
+        errors.add("bin_edges", "equal_mass edges are fixed by a fit request; list the edges")
         return None
     return parse_baseline(
         value,
@@ -285,11 +315,16 @@ SPEC: dict[str, Field] = {
     "bin_edges": Custom(
         _edges,
         {
-            "type": "array",
-            "prefixItems": [{"const": 0}],
-            "items": Number(0, 1).schema(),
-            "minItems": 2,
-            "maxItems": MAX_BIN_EDGES,
+            "oneOf": [
+                {
+                    "type": "array",
+                    "prefixItems": [{"const": 0}],
+                    "items": Number(0, 1).schema(),
+                    "minItems": 2,
+                    "maxItems": MAX_BIN_EDGES,
+                },
+                _EQUAL_MASS.schema(),
+            ]
         },
         nullable=True,
     ),
@@ -308,7 +343,7 @@ REGISTRATION = Body(
         required=(*SPEC_REQUIRED, "calibrator", "baseline"),
     ),
 )
-METHODS = ("temperature", "platt")
+METHODS = (*sorted({m for methods in FIT_METHODS.values() for m in methods}), "auto")
 FIT = Body(
     "ContractFit",
     Obj(
@@ -400,7 +435,7 @@ def parse_fit_request(body: Any, now: datetime | None = None) -> FitRequest:
     method = values.get("method")
     problem = None if method is None else method_problem(method, values.get("task"))
     if problem is not None:
-        errors.add("method", f"{problem}; use temperature")
+        errors.add("method", problem)
     errors.raise_if_any("the fit request has invalid fields")
     return FitRequest(_spec_fields(values), values["method"], values["fit"], values["eval"])
 

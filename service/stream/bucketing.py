@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -9,12 +10,19 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 
 from service.calibration import (
+    IdentityCalibrator,
     binary_probabilities,
     multiclass_probabilities,
 )
+from service.calibration._checks import logit_matrix
 from service.calibration.binning import bin_index, is_equal_width
-from service.calibration.calibrators import binary_log_odds, temperature_of
+from service.calibration.calibrators import binary_log_odds, calibrated_logits
 from service.calibration.grouping import group_sums
+from service.calibration.multiclass_families import (
+    IsotonicOvRCalibrator,
+    MatrixCalibrator,
+    VectorCalibrator,
+)
 from service.calibration.packing import (
     CLASSWISE_MAX_CELLS,
     StatsLayout,
@@ -28,6 +36,7 @@ from service.stream.bucket_store import BucketDelta, BucketKey
 from service.stream.windows import FINE, HOUR, RESOLUTION_FINE, RESOLUTION_HOUR
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MULTICLASS_FAMILIES = (VectorCalibrator, MatrixCalibrator, IsotonicOvRCalibrator)
 
 
 def layout_of(contract: Contract) -> StatsLayout:
@@ -79,9 +88,8 @@ def _knot_sums(
     """The (G, 3 J) refit-temperature knot sums of labeled rows per group (see ``refit``)."""
     calibrator = contract.calibrator
     if contract.spec.task == "multiclass":
-        sums = grouped_knot_sums(
-            "multiclass", inputs, labels, group, n_groups, temperature=temperature_of(calibrator)
-        )
+        z, temperature = calibrated_logits(calibrator, logit_matrix(inputs))
+        sums = grouped_knot_sums("multiclass", z, labels, group, n_groups, temperature=temperature)
     else:
         log_odds = binary_log_odds(calibrator, np.asarray(inputs, dtype=np.float64))
         sums = grouped_knot_sums("binary", log_odds, labels, group, n_groups)
@@ -130,6 +138,17 @@ def _sum_by(
     return distinct, group_sums(values, target, distinct.size, rows)
 
 
+def _calibrated_once(contract: Contract, inputs: np.ndarray) -> tuple[Contract, np.ndarray]:
+    """A multiclass family's calibrated logits, computed once for the batch, with a stand-in
+    contract whose identity calibrator reads them as they are; any other contract unchanged."""
+    calibrator = contract.calibrator
+    if contract.spec.task != "multiclass" or not isinstance(calibrator, MULTICLASS_FAMILIES):
+        return contract, inputs
+    z, _ = calibrated_logits(calibrator, logit_matrix(inputs))
+    spec = dataclasses.replace(contract.spec, calibrator=IdentityCalibrator())
+    return dataclasses.replace(contract, spec=spec), z
+
+
 def _group_columns(
     contract: Contract,
     inputs: np.ndarray,
@@ -140,6 +159,7 @@ def _group_columns(
 ) -> np.ndarray:
     """The (G, C) additive columns of each row group, laid out as ``_COLUMNS`` then the
     confidence counts (M) then the packed statistics (``layout_of``)."""
+    contract, inputs = _calibrated_once(contract, inputs)
     confidence, expected = confidence_and_expected_correctness(contract, inputs)
     labeled = labels >= 0
     moved = np.where(labeled, 0.0, 1.0) if new else np.where(labeled, -1.0, 0.0)

@@ -67,6 +67,18 @@ def calibrator_text(contract: Contract) -> str:
         return f"temperature T = {calibrator['temperature']:.4f}"
     if calibrator["method"] == "platt":
         return f"Platt a = {calibrator['slope']:.4f}, b = {calibrator['intercept']:.4f}"
+    if calibrator["method"] == "beta":
+        return (
+            f"beta a = {calibrator['a']:.4f}, b = {calibrator['b']:.4f}, c = {calibrator['c']:.4f}"
+        )
+    if calibrator["method"] == "isotonic" and "x" in calibrator:
+        return f"isotonic, {len(calibrator['x'])} thresholds"
+    if calibrator["method"] == "isotonic":
+        return f"isotonic one-vs-rest, {len(calibrator['per_class'])} classes"
+    if calibrator["method"] == "histogram":
+        return f"histogram binning, {len(calibrator['values'])} bins"
+    if calibrator["method"] in ("vector", "matrix"):
+        return f"{calibrator['method']} scaling, K = {len(calibrator['bias'])}"
     return "identity"
 
 

@@ -152,7 +152,8 @@ def test_the_tail_is_monotone_and_its_quantile_its_inverse(params, step):
     assert upper_tail(x + step * sd, mean, sd * sd, third) <= tail + 1e-15
     if 1e-12 < tail < 1.0 - 1e-12:
         back = upper_quantile(tail, mean, sd * sd, third)
-        assert back == pytest.approx(x, abs=1e-7 * (1.0 + abs(x)))
+        # scipy's inverse incomplete gamma is good to about 1e-7 relative at large shapes.
+        assert back == pytest.approx(x, abs=1e-6 * (1.0 + abs(x)))
 
 
 tables = st.integers(min_value=1, max_value=10).flatmap(

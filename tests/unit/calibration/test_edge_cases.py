@@ -51,7 +51,8 @@ def test_single_row():
     p = softmax([[0.0, 1.0, 2.0]])[0]
     assert r.n == 1 and r.accuracy == 1.0
     assert r.ece == pytest.approx(1 - p[2], abs=1e-15)
-    assert math.isnan(r.mce) and r.mce_n is None
+    assert r.mce == r.ece and r.mce_n == 1
+    assert math.isnan(r.mce_supported) and r.mce_supported_n is None
     assert len(r.bins) == 1 and r.bins[0].n == 1
     b = binary_reading([0.7], [1], default_edges())
     assert b.ece == pytest.approx(0.3, abs=1e-15)
@@ -156,9 +157,9 @@ def test_bad_edges(edges):
 
 def test_single_bin_edges_are_valid():
     r = multiclass_reading([[1.0, 0.0], [0.0, 3.0]], [0, 0], [0, 1])
-    assert len(r.bins) == 1 and math.isnan(r.mce)
+    assert len(r.bins) == 1 and r.mce == r.ece and math.isnan(r.mce_supported)
     big = multiclass_reading(np.tile([[1.0, 0.0], [0.0, 3.0]], (30, 1)), [0, 0] * 30, [0, 1])
-    assert big.mce == big.ece and big.mce_n == 60
+    assert big.mce == big.mce_supported == big.ece and big.mce_supported_n == 60
 
 
 def test_assign_bins_refuses_values_outside_unit_interval():

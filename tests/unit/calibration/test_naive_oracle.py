@@ -31,15 +31,17 @@ def naive_bin(v, edges):
 
 
 def naive_binned_error(values, targets, edges):
-    """(ECE, MCE, per-bin table) of values against 0/1 targets, empty bins skipped.
+    """(ECE, MCE, supported MCE, per-bin table) of values against 0/1 targets, empty bins
+    skipped.
 
-    MCE looks at bins of at least 50 rows only (NaN when there is none).
+    MCE is the largest gap over every non-empty bin; the supported MCE looks at bins of at
+    least 50 rows only (NaN when there is none).
     """
     M = len(edges) - 1
     members = [[] for _ in range(M)]
     for v, t in zip(values, targets, strict=True):
         members[naive_bin(v, edges)].append((v, t))
-    ece, mce, table = 0.0, float("nan"), []
+    ece, mce, supported, table = 0.0, float("nan"), float("nan"), []
     for m, rows in enumerate(members):
         if not rows:
             continue
@@ -47,10 +49,12 @@ def naive_binned_error(values, targets, edges):
         mean_t = sum(t for _, t in rows) / len(rows)
         gap = abs(mean_v - mean_t)
         ece += len(rows) / len(values) * gap
-        if len(rows) >= 50 and not gap <= mce:
+        if not gap <= mce:
             mce = gap
+        if len(rows) >= 50 and not gap <= supported:
+            supported = gap
         table.append((edges[m], edges[m + 1], len(rows), mean_v, mean_t))
-    return ece, mce, table
+    return ece, mce, supported, table
 
 
 def naive_multiclass(logits, labels, edges, T):
@@ -72,14 +76,16 @@ def naive_multiclass(logits, labels, edges, T):
         brier += sum((p[k] - (1.0 if k == y else 0.0)) ** 2 for k in range(K))
         probs.append(p)
     N = len(labels)
-    ece, mce, table = naive_binned_error(conf, correct, edges)
+    ece, mce, supported, table = naive_binned_error(conf, correct, edges)
     classwise = 0.0
     for k in range(K):
-        e_k, _, _ = naive_binned_error([p[k] for p in probs], [int(y == k) for y in labels], edges)
+        targets = [int(y == k) for y in labels]
+        e_k, _, _, _ = naive_binned_error([p[k] for p in probs], targets, edges)
         classwise += e_k / K
     return {
         "ece": ece,
         "mce": mce,
+        "mce_supported": supported,
         "table": table,
         "nll": nll / N,
         "brier": brier / N,
@@ -104,7 +110,7 @@ def naive_binary(scores, labels, edges, slope, intercept, identity, tau):
             fn, tn = fn + (y == 1), tn + (y == 0)
         ps.append(p)
     N = len(labels)
-    ece, mce, table = naive_binned_error(ps, labels, edges)
+    ece, mce, supported, table = naive_binned_error(ps, labels, edges)
     pairs, wins = 0, 0.0
     for pi, yi in zip(ps, labels, strict=True):
         if yi != 1:
@@ -116,6 +122,7 @@ def naive_binary(scores, labels, edges, slope, intercept, identity, tau):
     return {
         "ece": ece,
         "mce": mce,
+        "mce_supported": supported,
         "table": table,
         "nll": nll / N,
         "brier": brier / N,
@@ -153,7 +160,8 @@ def test_multiclass_matches_naive(seed, edges):
     T = float(rng.uniform(0.2, 4.0))
     got = multiclass_reading(logits, labels, edges, TemperatureCalibrator(T))
     want = naive_multiclass(logits.tolist(), labels.tolist(), edges.tolist(), T)
-    for key in ("ece", "mce", "nll", "brier", "accuracy", "mean_confidence", "classwise_ece"):
+    keys = ("ece", "mce", "mce_supported", "nll", "brier", "accuracy", "mean_confidence")
+    for key in (*keys, "classwise_ece"):
         assert getattr(got, key) == pytest.approx(want[key], abs=1e-12, nan_ok=True), key
     check_table(got, want["table"])
     assert got.label_counts == tuple(int((labels == k).sum()) for k in range(K))
@@ -190,7 +198,8 @@ def test_binary_matches_naive(seed, calibrator):
         isinstance(calibrator, IdentityCalibrator),
         tau,
     )
-    for key in ("ece", "mce", "nll", "brier", "accuracy", "auc", "prevalence", "mean_score"):
+    keys = ("ece", "mce", "mce_supported", "nll", "brier", "accuracy", "auc", "prevalence")
+    for key in (*keys, "mean_score"):
         assert getattr(got, key) == pytest.approx(want[key], abs=1e-12, nan_ok=True), key
     assert got.threshold == tau
     assert got.expected_cost == pytest.approx((c_fp * want["fp"] + c_fn * want["fn"]) / N)

@@ -100,12 +100,17 @@ def test_huge_temperature_gives_uniform_probabilities(rows):
 
 
 def assert_mce_consistent(r):
-    """MCE is the largest gap among bins of >= MCE_MIN_ROWS rows, NaN when there is none."""
+    """MCE is the largest gap over every non-empty bin; the supported MCE the largest among
+    bins of >= MCE_MIN_ROWS rows, NaN when there is none."""
+    gaps = [abs(b.mean_confidence - b.accuracy) for b in r.bins]
+    assert r.mce == pytest.approx(max(gaps), abs=1e-12) and 1 <= r.mce_n <= r.n
+    assert r.mce_min_rows == MCE_MIN_ROWS
     trusted = [abs(b.mean_confidence - b.accuracy) for b in r.bins if b.n >= MCE_MIN_ROWS]
     if not trusted:
-        assert math.isnan(r.mce) and r.mce_n is None
+        assert math.isnan(r.mce_supported) and r.mce_supported_n is None
     else:
-        assert r.mce == pytest.approx(max(trusted), abs=1e-12) and r.mce_n >= MCE_MIN_ROWS
+        assert r.mce_supported == pytest.approx(max(trusted), abs=1e-12)
+        assert r.mce_supported_n >= MCE_MIN_ROWS and r.mce_supported <= r.mce
     lo, hi = r.ece_ci
     # The inference works on mean confidences rounded to 1e-10.
     assert 0.0 <= lo <= r.ece_debiased <= r.ece + 1e-9 and r.ece_debiased <= hi <= 1.0
