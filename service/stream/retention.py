@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from sqlalchemy.orm import Session
 
 from service.audit import store as audit
+from service.common.clock import utcnow
 from service.common.errors import Conflict, ErrorDetail, ValidationFailed
 from service.config import Settings
 from service.contracts import store as contracts_store
@@ -84,7 +85,7 @@ def prune(
     cutoff = prune_cutoff(older_than, settings, now)
     for _ in range(PRUNE_ATTEMPTS):
         for model in fold_store.models_with_queued(session):
-            fold_model(session, model, now)
+            fold_model(session, model, utcnow())
         if not fold_store.queued_with_predictions_before(session, cutoff):
             break
         session.rollback()
