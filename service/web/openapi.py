@@ -215,6 +215,8 @@ SCHEMAS: dict[str, Any] = {
             "n_predictions": {"type": "integer"},
             "n_labeled": {"type": "integer"},
             "label_coverage": _NULLABLE_NUMBER,
+            "labels_unfolded": _COUNT,
+            "last_fold_at": {"type": ["string", "null"], "format": "date-time"},
             "metrics": {"type": "object"},
             "bins": {"type": "array", "items": _ref("Bin")},
             "baseline": _ref("Reading"),
@@ -251,6 +253,8 @@ SCHEMAS: dict[str, Any] = {
             "bins",
             "baseline",
             "drift",
+            "labels_unfolded",
+            "last_fold_at",
         ],
     ),
     "Cohorts": _record({"slices": {"type": "array"}}, ["slices"]),
@@ -341,8 +345,17 @@ SCHEMAS: dict[str, Any] = {
                             "type": "string",
                             "enum": ["insufficient_data", "ok", "warn", "alert"],
                         },
+                        "labels_unfolded": _COUNT,
+                        "last_fold_at": {"type": ["string", "null"], "format": "date-time"},
                     },
-                    ["start", "n_predictions", "n_labeled", "status"],
+                    [
+                        "start",
+                        "n_predictions",
+                        "n_labeled",
+                        "status",
+                        "labels_unfolded",
+                        "last_fold_at",
+                    ],
                 ),
             },
         },
@@ -418,6 +431,8 @@ _HISTORY_PARAMS = [
     _param("step", schema={"type": "string", "pattern": "^[1-9][0-9]{0,7}[smhd]$"}),
     _param("cohort"),
 ]
+#: Fold the model's labels waiting for the fold before reading (``service.stream.fold``).
+_CONSISTENT = _param("consistent", schema={"type": "string", "enum": ["true", "false"]})
 _SVG = _reply("SVG", {"type": "string"}, "image/svg+xml")
 
 
@@ -533,7 +548,7 @@ PATHS: dict[str, Any] = {
             "calibration",
             "The reading of a window and cohort slice",
             {"200": _reply("reading, bins, baseline, drift", _ref("Calibration"))},
-            params=[_MODEL_PATH, *_WINDOW_PARAMS],
+            params=[_MODEL_PATH, *_WINDOW_PARAMS, _CONSISTENT],
         )
     },
     "/v1/models/{model}/history": {
@@ -554,6 +569,7 @@ PATHS: dict[str, Any] = {
                 _MODEL_PATH,
                 *_HISTORY_PARAMS,
                 _param("format", schema={"type": "string", "enum": ["json", "csv"]}),
+                _CONSISTENT,
             ],
         )
     },
