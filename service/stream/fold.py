@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 FOLD_AFTER = timedelta(hours=24)
 
 #: Queued labels counted per fold transaction.
-FOLD_CHUNK = 50_000
+FOLD_CHUNK = 500_000
 
 
 def count_labels(
