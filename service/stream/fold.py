@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 #: Labels of predictions at least this old may wait for the fold; younger ones never do.
 FOLD_AFTER = timedelta(hours=24)
 
+#: Rows evaluated together by ``count_labels``.
+BLOCK = 4_096
+
 #: Queued labels counted per fold transaction.
 FOLD_CHUNK = 500_000
 
@@ -51,7 +54,12 @@ def count_labels(
 ) -> None:
     """Move labeled predictions (R rows: contract id, event time in whole epoch seconds,
     stored slice JSON and input bytes, class index) from the unlabeled sums into the
-    statistics of their buckets, one set-based write (``apply_deltas``)."""
+    statistics of their buckets, one set-based write (``apply_deltas``).
+
+    The rows of each contract are evaluated in event-time order, ``BLOCK`` at a time: a
+    block's rows fall in few buckets, and the grouped statistics cost grows with the rows times
+    the groups of one evaluation (``grouped_knot_sums`` forms dense per-group sums per chunk of
+    rows), which over the thousands of buckets a fold touches would dominate it."""
     if len(contract_ids) == 0:
         return
     deltas: dict[BucketKey, BucketDelta] = {}
@@ -59,18 +67,21 @@ def count_labels(
     for contract_id in sorted(set(contract_ids)):
         contract = contracts_store.get_contract(session, contract_id)
         assert contract is not None
-        rows = np.flatnonzero(contract_of == contract_id).tolist()
-        merge_deltas(
-            deltas,
-            bucket_deltas(
-                contract,
-                seconds=seconds[rows],
-                slices=parsed_slices([slices[r] for r in rows]),
-                inputs=stored_inputs(contract, [inputs[r] for r in rows]),
-                labels=labels[rows],
-                new=False,
-            ),
-        )
+        mine = np.flatnonzero(contract_of == contract_id)
+        mine = mine[np.argsort(seconds[mine], kind="stable")]
+        for start in range(0, mine.size, BLOCK):
+            rows = mine[start : start + BLOCK].tolist()
+            merge_deltas(
+                deltas,
+                bucket_deltas(
+                    contract,
+                    seconds=seconds[rows],
+                    slices=parsed_slices([slices[r] for r in rows]),
+                    inputs=stored_inputs(contract, [inputs[r] for r in rows]),
+                    labels=labels[rows],
+                    new=False,
+                ),
+            )
     apply_deltas(session, model, deltas)
 
 

@@ -202,6 +202,7 @@ def test_two_folds_at_once_count_every_label_once(
     now = datetime.now(UTC)
     send(client, auth, predictions(now), now)
     monkeypatch.setattr(fold, "FOLD_CHUNK", 7)
+    monkeypatch.setattr(fold, "BLOCK", 3)
     start = threading.Barrier(2)
     counted: list[int] = []
     errors: list[BaseException] = []
