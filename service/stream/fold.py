@@ -35,6 +35,10 @@ log = logging.getLogger(__name__)
 #: Labels of predictions at least this old may wait for the fold; younger ones never do.
 FOLD_AFTER = timedelta(hours=24)
 
+#: A request counts its late labels itself only where at least this many of them fall in one
+#: 5-minute bucket (same contract and slice list); the others wait for the fold.
+COUNTED_AT = 2
+
 #: Rows evaluated together by ``count_labels``.
 BLOCK = 4_096
 

@@ -37,7 +37,7 @@ from service.stream.batches import (
 from service.stream.bucket_store import apply_deltas
 from service.stream.bucketing import bucket_deltas, epoch_seconds, shares_bucket
 from service.stream.cohorts import admit_cohorts, slices_of
-from service.stream.fold import FOLD_AFTER, count_labels
+from service.stream.fold import COUNTED_AT, FOLD_AFTER, count_labels
 from service.stream.idempotency import (
     canonical_cohort,
     dedupe_batch,
@@ -300,6 +300,7 @@ def _count_joined(
         counted = recent | shares_bucket(
             [f"{c}\x00{s}" for c, s in zip(joined.contract_ids, joined.slices, strict=True)],
             joined.seconds,
+            COUNTED_AT,
         )
     rows = np.flatnonzero(counted)
     count_labels(

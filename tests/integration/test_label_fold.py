@@ -14,7 +14,7 @@ from sqlalchemy import text
 from service.config import load_settings
 from service.db.database import Database
 from service.export.refresher import refresh_all
-from service.stream import fold, fold_store
+from service.stream import fold, fold_store, ingestion
 from service.stream.maintenance import rebuild_buckets
 from service.stream.retention import prune
 from tests.integration.conftest import Auth
@@ -142,9 +142,19 @@ def test_the_refresh_folds_waiting_labels_and_the_metrics_say_so(
     assert f'calmon_label_fold_lag_seconds{{model="{MODEL}"}} 0.0' in scrape
 
 
+@pytest.mark.parametrize(("counted_at", "waiting"), [(2, 0), (3, 2)])
 def test_recent_labels_and_labels_sharing_a_bucket_are_counted_by_their_request(
-    client: FlaskClient, auth: Auth, db: Database
+    client: FlaskClient,
+    auth: Auth,
+    db: Database,
+    monkeypatch: pytest.MonkeyPatch,
+    counted_at: int,
+    waiting: int,
 ) -> None:
+    """Ten labels of the last day and two late ones in one bucket: all counted by the request
+    while two labels in a bucket are enough (``COUNTED_AT``); the late pair waits when three
+    are needed."""
+    monkeypatch.setattr(ingestion, "COUNTED_AT", counted_at)
     now = datetime.now(UTC)
     recent = [
         {**r, "id": f"r{i}", "ts": iso(now - timedelta(hours=i + 1))}
@@ -156,8 +166,9 @@ def test_recent_labels_and_labels_sharing_a_bucket_are_counted_by_their_request(
         for i, r in enumerate(predictions(now, n=2))
     ]
     send(client, auth, recent + pair, now)
-    assert queued(db) == 0
-    assert window(client, auth, now)["n_labeled"] == 12
+    assert queued(db) == waiting
+    got = window(client, auth, now)
+    assert (got["n_labeled"], got["labels_unfolded"]) == (12 - waiting, waiting)
 
 
 def _raise_after(target: Callable[..., Any]) -> Callable[..., Any]:

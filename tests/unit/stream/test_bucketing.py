@@ -287,3 +287,5 @@ def test_a_row_shares_its_bucket_only_with_rows_of_its_group_in_the_same_five_mi
     seconds = np.array([0, 299, 300, 10, 900, 601], dtype=np.int64)
     assert shares_bucket(groups, seconds).tolist() == [True, True, False, False, False, False]
     assert shares_bucket([], np.zeros(0, dtype=np.int64)).tolist() == []
+    assert shares_bucket(groups, seconds, at_least=3).tolist() == [False] * 6
+    assert shares_bucket(["a"] * 3, np.array([1, 2, 3]), at_least=3).tolist() == [True] * 3
