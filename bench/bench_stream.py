@@ -12,8 +12,16 @@ serve them on one core) on a fresh PostgreSQL database next to
 2. ingest: POST /v1/predictions, batches of ``--batch`` predictions with K = 10 and one cohort
    key, event times advancing through ``--days`` days; bodies serialised before the clock starts;
    then 20 batches again (all duplicates: the idempotent retry path);
-3. label join: POST /v1/labels for the other 99%, each label 1-4 h after its prediction and sent
-   in label-time order, with ``--displaced`` of them (default 3%) displaced (out of order);
+3. label join: POST /v1/labels for the other 99%, sent in label-time order. The delay of a label
+   after its prediction follows ``--label-order``: ``displaced`` (default) 1-4 h, with
+   ``--displaced`` of them (default 3%) moved to random places (out of order); ``uniform-30d``
+   uniform over 0-30 days; ``mixture`` 70% within 4 h and 30% within 60 days (label times past
+   now are sent as now, in the order they would have arrived). Meanwhile the bench runs the
+   refresher's cycle itself every ``--fold-every`` seconds (the service's own refresher is off):
+   the label fold timed on its own, then the rest of the cycle; it reports the fold's time, the
+   labels it counted and its lag (how long the oldest label it counted had waited), the bucket
+   rows written per label (``pg_stat_user_tables``), WAL per label and the bytes stored per
+   labeled prediction;
 4. reads: the calibration reading over 24 h and over all days, a 30-day history at 1 h steps,
    and /metrics;
 5. ceilings in the same database and run: a bare binary-COPY loop (stage, then
@@ -88,6 +96,7 @@ def start_service(url: str, workers: int, threads: int) -> subprocess.Popen[byte
         "CALMON_DATABASE_URL": url,
         "CALMON_ADMIN_TOKEN": TOKEN,
         "CALMON_LOG_LEVEL": "WARNING",
+        "CALMON_REFRESH_IN_SERVICE": "false",
     }
     calmon = str(Path(sys.executable).parent / "calmon")
     subprocess.run([calmon, "migrate"], env=env, check=True, capture_output=True)
@@ -202,20 +211,44 @@ def prediction_batches(
         yield json.dumps({"model": "bench", "predictions": items}).encode()
 
 
+LABEL_ORDERS = ("displaced", "uniform-30d", "mixture")
+HOUR, DAY = 3600.0, 86400.0
+
+
+def label_delays(order: str, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Seconds from each prediction to its label under the label order ``order``."""
+    if order == "displaced":
+        return rng.uniform(HOUR, 4 * HOUR, n)
+    if order == "uniform-30d":
+        return rng.uniform(0.0, 30 * DAY, n)
+    if order == "mixture":
+        late = rng.random(n) < 0.3
+        return np.where(late, rng.uniform(0.0, 60 * DAY, n), rng.uniform(0.0, 4 * HOUR, n))
+    raise ValueError(f"unknown label order {order!r}")
+
+
 def label_plan(
-    n: int, offsets: np.ndarray, seed: int, displaced_share: float = 0.03
+    n: int,
+    offsets: np.ndarray,
+    seed: int,
+    displaced_share: float = 0.03,
+    order_name: str = "displaced",
+    latest: float = float("inf"),
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(early, in order, label offsets)``: indices of the 1% of labels sent before ingest, the
-    others in sending order (label-time order with ``displaced_share`` of them moved to random
-    places among each other), and each label's event time as
-    seconds after the first prediction (its prediction's plus 1-4 h)."""
+    others in sending order (label-time order; for ``displaced`` with ``displaced_share`` of
+    them moved to random places among each other), and each label's event time as seconds after
+    the first prediction (its prediction's plus its delay, at most ``latest``: a label due
+    after now is sent as known now, in its place in the arrival order)."""
     rng = np.random.default_rng(seed)
-    label_offsets = offsets + rng.uniform(3600, 4 * 3600, n)
+    arrival = offsets + label_delays(order_name, n, rng)
+    label_offsets = np.minimum(arrival, latest)
     early_mask = rng.random(n) < 0.01
-    order = np.argsort(label_offsets, kind="stable")
+    order = np.argsort(arrival, kind="stable")
     order = order[~early_mask[order]]
-    displaced = rng.choice(len(order), size=int(displaced_share * len(order)), replace=False)
-    order[np.sort(displaced)] = order[rng.permutation(displaced)]
+    if order_name == "displaced":
+        displaced = rng.choice(len(order), size=int(displaced_share * len(order)), replace=False)
+        order[np.sort(displaced)] = order[rng.permutation(displaced)]
     return np.flatnonzero(early_mask), order, label_offsets
 
 
@@ -373,18 +406,103 @@ def calmon_sql_ceilings(url: str, rows: int, batch: int) -> tuple[float, float]:
 
 
 def table_sizes(url: str) -> str:
-    """On-disk bytes (with indexes and TOAST) of the tables the streams write, and per stored
-    prediction."""
-    tables = ("predictions", "labels", "calibration_buckets")
+    """On-disk bytes (with indexes and TOAST) of the tables the streams write, per stored
+    prediction, and all of them and the buckets' alone per labeled prediction."""
+    tables = ("predictions", "labels", "calibration_buckets", "unfolded_labels")
     with psycopg.connect(url, autocommit=True) as conn:
         count = conn.execute("SELECT count(*) FROM predictions").fetchone()[0]  # type: ignore[index]
+        labeled = conn.execute("SELECT count(*) FROM labels WHERE joined").fetchone()[0]  # type: ignore[index]
         sizes = {
             t: conn.execute("SELECT pg_total_relation_size(%s)", (t,)).fetchone()[0]  # type: ignore[index]
             for t in tables
         }
     per_row = sum(sizes.values()) / max(count, 1)
-    parts = ", ".join(f"{t} {b / 2**20:,.0f} MB" for t, b in sizes.items())
-    return f"{parts}; {per_row:,.0f} B per stored prediction ({count:,} stored)"
+    per_label = sum(sizes.values()) / max(labeled, 1)
+    buckets = sizes["calibration_buckets"] / max(labeled, 1)
+    parts = ", ".join(f"{t} {b / 2**20:,.1f} MB" for t, b in sizes.items())
+    return (
+        f"{parts}; {per_row:,.0f} B per stored prediction ({count:,} stored); {per_label:,.0f} B"
+        f" per labeled prediction, of which buckets {buckets:,.0f} B ({labeled:,} labeled)"
+    )
+
+
+def bucket_writes(url: str) -> int:
+    """Bucket rows inserted or updated so far (``pg_stat_user_tables``, after a pause for the
+    servers' backends to publish their counts)."""
+    time.sleep(1.5)
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT n_tup_ins + n_tup_upd FROM pg_stat_user_tables"
+            " WHERE relname = 'calibration_buckets'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+class Refresher(threading.Thread):
+    """The refresher's cycle every ``every`` seconds, run here (the service's own is off): the
+    label fold timed on its own, then the rest of the cycle (``Refresher.run_once``)."""
+
+    def __init__(self, url: str, every: float) -> None:
+        super().__init__(daemon=True)
+        from service.config import load_settings
+        from service.db.database import Database
+        from service.export.refresher import Refresher as ServiceRefresher
+
+        self.db = Database(url)
+        self.refresher = ServiceRefresher(self.db, load_settings({"database_url": url}))
+        self.every = every
+        self.stopping = threading.Event()
+        #: Per fold: (labels counted, seconds, lag seconds: fold end less the oldest label's
+        #: acknowledgement).
+        self.folds: list[tuple[int, float, float]] = []
+        self.cycles: list[float] = []
+
+    def fold(self) -> None:
+        from service.common.clock import utcnow
+        from service.stream import fold_store
+        from service.stream.fold import fold_model
+
+        with self.db.read_session() as session:
+            status = fold_store.fold_status(session, "bench")
+        start = time.perf_counter()
+        with self.db.session() as session:
+            counted = fold_model(session, "bench", utcnow())
+        seconds = time.perf_counter() - start
+        oldest = status.oldest_queued_at
+        lag = 0.0 if oldest is None else (utcnow() - oldest).total_seconds()
+        self.folds.append((counted, seconds, lag))
+
+    def run(self) -> None:
+        while not self.stopping.wait(self.every):
+            self.cycle()
+
+    def cycle(self) -> None:
+        self.fold()
+        start = time.perf_counter()
+        self.refresher.run_once()
+        self.cycles.append(time.perf_counter() - start)
+
+    def finish(self) -> None:
+        self.stopping.set()
+        self.join()
+        self.cycle()
+        self.db.dispose()
+
+    def summary(self) -> str:
+        counted = [f for f in self.folds if f[0]]
+        if not counted:
+            return "no label waited for the fold"
+        labels = sum(f[0] for f in counted)
+        seconds = sum(f[1] for f in counted)
+        return (
+            f"{len(counted)} folds counted {labels:,} labels in {seconds:.1f} s"
+            f" ({labels / max(seconds, 1e-9):,.0f} labels/s; longest fold"
+            f" {max(f[1] for f in counted):.2f} s,"
+            f" most labels in one {max(f[0] for f in counted):,}); lag (fold end less the oldest"
+            f" label's acknowledgement): max {max(f[2] for f in counted):.1f} s; rest of the"
+            f" refresh cycle: max {max(self.cycles, default=0.0):.2f} s"
+        )
 
 
 def timed_gets(path: str, count: int) -> tuple[float, float, bytes]:
@@ -414,6 +532,10 @@ def main() -> None:
     parser.add_argument(
         "--displaced", type=float, default=0.03, help="share of the labels sent out of order"
     )
+    parser.add_argument("--label-order", choices=LABEL_ORDERS, default="displaced")
+    parser.add_argument(
+        "--fold-every", type=float, default=30.0, help="seconds between refresher cycles"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the benchmark database")
     args = parser.parse_args()
     base = os.environ.get("CALMON_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
@@ -436,7 +558,14 @@ def main() -> None:
         first = now - timedelta(days=args.days) + timedelta(minutes=1)
         offsets = event_times(n, first, args.days)
         labels = np.random.default_rng(3).integers(0, K, n)
-        early, in_order, label_offsets = label_plan(n, offsets, 4, args.displaced)
+        early, in_order, label_offsets = label_plan(
+            n,
+            offsets,
+            4,
+            args.displaced,
+            args.label_order,
+            latest=(now - first).total_seconds() - 60,
+        )
         _, replies = send_all(
             label_bodies(early, labels, first, label_offsets, args.batch), "/v1/labels", 2
         )
@@ -462,6 +591,9 @@ def main() -> None:
         )
         retry_rate = sum(r["duplicates"] for r in replies) / seconds
 
+        refresher = Refresher(url, args.fold_every)
+        writes_before = bucket_writes(url)
+        refresher.start()
         label_seconds = 0.0
         for offset in range(0, len(in_order), chunk):
             part = in_order[offset : offset + chunk]
@@ -474,6 +606,11 @@ def main() -> None:
             done = offset + len(part)
             print(f"labeled {done:,} ({done / label_seconds:,.0f}/s so far)", flush=True)
         label_rate = len(in_order) / label_seconds
+        measured("label fold", refresher.finish)
+        rows_per_label = (bucket_writes(url) - writes_before) / len(in_order)
+        wal_per_label = sum(
+            c.wal_bytes for label, c in phases if label in ("label join", "label fold")
+        ) / len(in_order)
 
         q = args.queries
         day = measured("reads", lambda: timed_gets("/v1/models/bench/calibration?window=24h", q))
@@ -532,8 +669,11 @@ def main() -> None:
         f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, Python"
         f" {platform.python_version()}; {n:,} predictions over {args.days:g} days,"
         f" batches of {args.batch:,}, {args.workers} workers of {args.threads} thread(s),"
-        f" {args.clients} clients, {args.displaced:.0%} of the labels out of order\n"
+        f" {args.clients} clients, label order {args.label_order}"
+        f" ({args.displaced:.0%} displaced when 'displaced')\n"
         f"server: {settings}\nsize: {sizes}\n"
+        f"labels: {rows_per_label:.2f} bucket rows written per label, {wal_per_label:,.0f} B of"
+        f" WAL per label (server-wide); fold: {refresher.summary()}\n"
     )
     rows_text = [
         (

@@ -283,6 +283,33 @@ class LabelRecord(Base):
     joined: Mapped[bool]
 
 
+class UnfoldedLabel(Base):
+    """A joined label acknowledged but not yet counted in its buckets: it waits for the fold.
+
+    A label whose 5-minute bucket no other label of its request shares is queued here instead
+    of rewriting its buckets alone (``service.stream.fold``); the fold deletes the row in the
+    transaction that adds the label to its buckets, so a label is counted exactly once.
+    ``label`` repeats the class index, so the fold reads only the prediction; ``queued_at`` is
+    when the label was acknowledged.
+    """
+
+    __tablename__ = "unfolded_labels"
+
+    model: Mapped[str] = mapped_column(byte_order_key(200), primary_key=True)
+    id: Mapped[str] = mapped_column(byte_order_key(200), primary_key=True)
+    label: Mapped[int] = mapped_column(SmallInteger)
+    queued_at: Mapped[datetime]
+
+
+class LabelFoldMark(Base):
+    """When the fold last counted waiting labels of a model."""
+
+    __tablename__ = "label_fold_marks"
+
+    model: Mapped[str] = mapped_column(String(200), primary_key=True)
+    folded_at: Mapped[datetime]
+
+
 class CohortValue(Base):
     """A cohort value admitted under the per-key cap of a model."""
 

@@ -12,12 +12,13 @@ requires.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
 from prometheus_client.utils import floatToGoString
 
 from service.export.reading_store import ExpositionTimes, ReadingRow
+from service.stream.fold_store import FoldStatus
 
 LABELS = ["model", "contract_version", "cohort", "window"]
 
@@ -137,11 +138,18 @@ def render_readings(rows: Iterable[ReadingRow], unexported: int = 0) -> bytes:
     return assemble(model_fragment(m, by_model[m], unexported) for m in sorted(by_model))
 
 
-def live_text(times: ExpositionTimes | None, now: datetime, readable: bool) -> bytes:
+def live_text(
+    times: ExpositionTimes | None,
+    now: datetime,
+    readable: bool,
+    folds: Mapping[str, FoldStatus] | None = None,
+) -> bytes:
     """Live samples about the stored exposition: whether it could be read
     (``calmon_exporter_up``), and per model the age of its served readings: seconds since they
     were last found current (the exposition's time, or an earlier one while the model's
-    refresh fails), or since its first contract while it has none."""
+    refresh fails), or since its first contract while it has none; then, per model of
+    ``folds`` (``fold_store.fleet_fold_status``), its labels waiting for the fold and the
+    fold's lag (``fold_samples``)."""
     out = [
         _header("calmon_exporter_up", "1 when the stored readings could be read."),
         f"calmon_exporter_up {floatToGoString(1.0 if readable else 0.0)}\n",
@@ -161,4 +169,41 @@ def live_text(times: ExpositionTimes | None, now: datetime, readable: bool) -> b
                 f" {floatToGoString(stamp - times.current_since(m))}\n"
                 for m in times.models
             )
+        out.append(fold_samples(folds or {}, now))
     return "".join(out).encode()
+
+
+def fold_samples(folds: Mapping[str, FoldStatus], now: datetime) -> str:
+    """``calmon_labels_unfolded{model}``: labels acknowledged but not yet folded into the
+    buckets; ``calmon_label_fold_lag_seconds{model}``: seconds since the oldest of them was
+    acknowledged (0 when none waits), what the model's readings lag its labels by."""
+    out = [
+        _header(
+            "calmon_labels_unfolded",
+            "Labels acknowledged but not yet folded into the model's buckets; its readings"
+            " leave them out until the next fold.",
+        )
+    ]
+    out.extend(
+        f"calmon_labels_unfolded{_labels((('model', m),))} {floatToGoString(s.unfolded)}\n"
+        for m, s in sorted(folds.items())
+    )
+    out.append(
+        _header(
+            "calmon_label_fold_lag_seconds",
+            "Seconds since the oldest label still waiting for the fold was acknowledged"
+            " (0 when none waits).",
+        )
+    )
+    stamp = now.timestamp()
+    out.extend(
+        f"calmon_label_fold_lag_seconds{_labels((('model', m),))}"
+        f" {floatToGoString(_lag(s, stamp))}\n"
+        for m, s in sorted(folds.items())
+    )
+    return "".join(out)
+
+
+def _lag(status: FoldStatus, stamp: float) -> float:
+    oldest = status.oldest_queued_at
+    return 0.0 if oldest is None else max(stamp - oldest.timestamp(), 0.0)

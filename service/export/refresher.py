@@ -23,6 +23,10 @@ of the models' fragments, stored in one row with the models' times; when no frag
 only its time moves. Prometheus scrapes read only that row, so every worker and replica answers
 the same numbers and a scrape never sees a half-refreshed fleet.
 
+Each cycle first joins labels left waiting though their prediction is stored and folds the
+labels queued since the last cycle into their buckets (``service.stream.fold``), so the readings
+it computes count every label acknowledged before the cycle began.
+
 One refresher runs at a time: whoever holds the ``refresh`` lease (a row with an expiry, so a
 crashed holder is replaced), renewed during a long cycle. A model whose refresh raises is
 skipped: it is logged and counted (``calmon_refresh_failures_total{model}``), its markers stay
@@ -66,8 +70,9 @@ from service.export.reading_store import (
     store_exposition,
     write_readings,
 )
-from service.stream import bucket_store
+from service.stream import bucket_store, fold_store
 from service.stream.bucket_store import EVERY_SLICE
+from service.stream.fold import fold_model
 from service.stream.ingestion import sweep_waiting_labels
 from service.stream.prediction_store import models_with_waiting_labels
 from service.stream.readings import WindowReading, calibration_reading
@@ -313,6 +318,22 @@ def _sweep_waiting(db: Database) -> None:
             log_failure("joining waiting labels failed", exc, model=model)
 
 
+def _fold_labels(db: Database, now: datetime) -> None:
+    """Count the queued labels of every model that has some (``service.stream.fold``), each
+    chunk in its own transaction; a failing model is logged and skipped (its labels stay
+    queued for the next cycle)."""
+    with db.read_session() as session:
+        models = fold_store.models_with_queued(session)
+    for model in models:
+        try:
+            with db.session() as session:
+                folded = fold_model(session, model, now)
+            if folded:
+                log.info("folded labels", extra={"model": model, "labels": folded})
+        except Exception as exc:
+            log_failure("folding labels failed", exc, model=model)
+
+
 def refresh_all(
     db: Database,
     settings: Settings,
@@ -334,6 +355,7 @@ def refresh_all(
     now = now or utcnow()
     cache = cache or FragmentCache()
     _sweep_waiting(db)
+    _fold_labels(db, now)
     with db.read_session() as session:
         # Markers first: a bucket write committed after this read keeps its marker for the
         # next cycle, and every write committed before it is seen by the readings below.

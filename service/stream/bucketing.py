@@ -306,3 +306,17 @@ def stored_inputs(contract: Contract, blobs: list[bytes]) -> np.ndarray:
     if contract.spec.task == "multiclass":
         return flat.reshape(len(blobs), len(contract.spec.classes))
     return flat
+
+
+def shares_bucket(groups: Sequence[str], seconds: np.ndarray, at_least: int = 2) -> np.ndarray:
+    """(N,) bool: whether each row's 5-minute bucket holds at least ``at_least`` rows of its
+    group, itself included (``groups`` are opaque keys, e.g. contract and slice list;
+    ``seconds`` event times in whole seconds since the epoch). A row alone in its bucket would
+    rewrite that bucket's rows (5-minute and hour, per slice) for itself."""
+    if len(groups) == 0:
+        return np.zeros(0, dtype=bool)
+    _, group = np.unique(np.asarray(groups, dtype=object), return_inverse=True)
+    fine = np.asarray(seconds, dtype=np.int64) // int(FINE.total_seconds())
+    keys = (group.ravel().astype(np.int64) << _KEY_SHIFT) | fine
+    _, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
+    return np.asarray(counts[inverse.ravel()] >= at_least)

@@ -25,8 +25,9 @@ from service.common.values import format_timestamp
 from service.contracts import store as contracts_store
 from service.contracts.model import Contract
 from service.contracts.service import current_contract
-from service.stream import bucket_store
+from service.stream import bucket_store, fold_store
 from service.stream.bucketing import layout_of
+from service.stream.fold_store import NO_FOLD, FoldStatus, fold_fields
 from service.stream.windows import FINE, HOUR, MAX_WINDOW, RESOLUTION_FINE, RESOLUTION_HOUR
 
 #: At most this many steps per history (30 days at 1 h are 720; 7 days at 5 min 2,016).
@@ -102,6 +103,8 @@ CSV_COLUMNS = (
     "confidence_psi",
     "confidence_psi_no_shift",
     "status",
+    "labels_unfolded",
+    "last_fold_at",
 )
 
 
@@ -110,7 +113,9 @@ class History:
     """A slice's readings over ``[start, end)`` in steps of ``step``, oldest first.
 
     ``contract`` is the model's current contract: its policy and baseline are what a chart draws
-    its threshold lines from (each point names the version it was measured against).
+    its threshold lines from (each point names the version it was measured against). ``fold``
+    says what every point leaves out: the model's labels acknowledged but not yet folded into
+    the buckets (``service.stream.fold``), and when the fold last ran for it.
     """
 
     model: str
@@ -120,6 +125,11 @@ class History:
     step: timedelta
     contract: Contract
     points: tuple[HistoryPoint, ...]
+    fold: FoldStatus = NO_FOLD
+
+    def _point(self, point: HistoryPoint) -> dict[str, Any]:
+        """A point's fields with what it leaves out (``fold``)."""
+        return point.to_dict() | fold_fields(self.fold)
 
     def to_dict(self) -> dict[str, Any]:
         baseline = self.contract.baseline_reading()
@@ -132,14 +142,14 @@ class History:
             "contract": {"id": self.contract.id, "version": self.contract.version},
             "policy": self.contract.policy.to_dict(),
             "baseline": {"ece": baseline.ece, "ece_debiased": baseline.ece_debiased},
-            "points": [p.to_dict() for p in self.points],
+            "points": [self._point(p) for p in self.points],
         }
 
     def csv_rows(self) -> list[list[Any]]:
         """One row per point in ``CSV_COLUMNS`` order (empty cells for missing values)."""
         rows = []
         for p in self.points:
-            d = p.to_dict()
+            d = self._point(p)
             ci = d.pop("ece_ci") or [None, None]
             refit_ci = d.pop("refit_temperature_ci") or [None, None]
             d |= {"ece_ci_lower": ci[0], "ece_ci_upper": ci[1]}
@@ -217,6 +227,7 @@ def model_history(
         step=step,
         contract=current,
         points=tuple(ordered),
+        fold=fold_store.fold_status(session, model),
     )
 
 

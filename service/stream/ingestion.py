@@ -27,7 +27,7 @@ from service.common.json_text import JsonText
 from service.config import Settings
 from service.contracts import store as contracts_store
 from service.contracts.model import Contract
-from service.stream import prediction_store
+from service.stream import fold_store, prediction_store
 from service.stream.batches import (
     MAX_BATCH_ITEMS,
     LabelBatch,
@@ -35,15 +35,10 @@ from service.stream.batches import (
     parse_labels,
     parse_predictions,
 )
-from service.stream.bucket_store import BucketDelta, BucketKey, apply_deltas
-from service.stream.bucketing import (
-    bucket_deltas,
-    epoch_seconds,
-    merge_deltas,
-    parsed_slices,
-    stored_inputs,
-)
+from service.stream.bucket_store import apply_deltas
+from service.stream.bucketing import bucket_deltas, epoch_seconds, shares_bucket
 from service.stream.cohorts import admit_cohorts, slices_of
+from service.stream.fold import COUNTED_AT, FOLD_AFTER, count_labels
 from service.stream.idempotency import (
     canonical_cohort,
     dedupe_batch,
@@ -316,7 +311,7 @@ def ingest_labels(
     _compare_repeats(session, result, batch, joined, stored, versions)
     result.joined = len(joined.ids)
     result.delays_seconds = (joined.label_seconds - joined.seconds).astype(float).tolist()
-    _count_joined(session, envelope.model, joined)
+    _count_joined(session, envelope.model, joined, now)
     session.commit()
     if result.rejected_pending:
         PENDING_LABELS_REJECTED.labels(envelope.model).inc(len(result.rejected_pending))
@@ -414,26 +409,38 @@ def _cap_waiting(session: Session, model: str, waiting: list[str], settings: Set
     return rejected
 
 
-def _count_joined(session: Session, model: str, joined: prediction_store.JoinedLabels) -> None:
-    """Move just-joined labeled predictions from the unlabeled sums into the statistics."""
-    deltas: dict[BucketKey, BucketDelta] = {}
-    contract_of = np.array(joined.contract_ids, dtype=object)
-    for contract_id in sorted(set(joined.contract_ids)):
-        contract = contracts_store.get_contract(session, contract_id)
-        assert contract is not None
-        rows = np.flatnonzero(contract_of == contract_id)
-        merge_deltas(
-            deltas,
-            bucket_deltas(
-                contract,
-                seconds=joined.seconds[rows],
-                slices=parsed_slices([joined.slices[r] for r in rows]),
-                inputs=stored_inputs(contract, [joined.inputs[r] for r in rows]),
-                labels=joined.labels[rows],
-                new=False,
-            ),
+def _count_joined(
+    session: Session, model: str, joined: prediction_store.JoinedLabels, now: datetime | None
+) -> None:
+    """Move just-joined labeled predictions from the unlabeled sums into the statistics.
+
+    With ``now``, a late label (its prediction's event time more than ``FOLD_AFTER`` before
+    ``now``) that shares its 5-minute bucket with no other label of the request (same contract
+    and slice list) is queued for the fold instead, acknowledged ``now``
+    (``service.stream.fold``); without ``now`` every label is counted here."""
+    counted = np.ones(len(joined.ids), dtype=bool)
+    if now is not None:
+        recent = joined.seconds >= epoch_seconds([now - FOLD_AFTER])[0]
+        counted = recent | shares_bucket(
+            [f"{c}\x00{s}" for c, s in zip(joined.contract_ids, joined.slices, strict=True)],
+            joined.seconds,
+            COUNTED_AT,
         )
-    apply_deltas(session, model, deltas)
+    rows = np.flatnonzero(counted)
+    count_labels(
+        session,
+        model,
+        contract_ids=[joined.contract_ids[r] for r in rows],
+        seconds=joined.seconds[rows],
+        slices=[joined.slices[r] for r in rows],
+        inputs=[joined.inputs[r] for r in rows],
+        labels=joined.labels[rows],
+    )
+    if now is not None:
+        labels = joined.labels.tolist()
+        fold_store.enqueue(
+            session, model, [(joined.ids[r], labels[r]) for r in np.flatnonzero(~counted)], now
+        )
 
 
 def sweep_waiting_labels(session: Session, model: str) -> int:
@@ -457,6 +464,6 @@ def sweep_waiting_labels(session: Session, model: str) -> int:
                 joined.labels[r] = known[joined.ids[r]]
                 keep.append(r)
     joined = joined.take(sorted(keep))
-    _count_joined(session, model, joined)
+    _count_joined(session, model, joined, None)
     session.commit()
     return len(joined.ids)

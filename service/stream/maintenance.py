@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 from service.contracts import store as contracts_store
 from service.contracts.model import Contract
 from service.db.maintenance import finish_task, pending_tasks
-from service.stream import bucket_store, prediction_store
+from service.stream import bucket_store, fold_store, prediction_store
 from service.stream.bucket_store import BucketDelta, BucketKey, apply_deltas
 from service.stream.bucketing import bucket_deltas, merge_deltas, parsed_slices, stored_inputs
 
@@ -43,11 +43,13 @@ REBUILD_PAGE = 20_000
 def rebuild_buckets(session: Session, model: str) -> int:
     """Recompute every bucket of ``model`` from its stored predictions and joined labels.
 
-    Deletes the model's buckets, then walks the predictions in id order (their primary key),
-    one page per transaction; a rebuild cut short is started again from scratch. Returns the
-    predictions counted.
+    Deletes the model's buckets and its labels queued for the fold (the stored rows count
+    every joined label) in one transaction, then walks the predictions in id order (their
+    primary key), one page per transaction; a rebuild cut short is started again from scratch.
+    Returns the predictions counted.
     """
     bucket_store.delete_model_buckets(session, model)
+    fold_store.drop_queue(session, model)
     session.commit()
     contracts: dict[str, Contract] = {}
     after, total = None, 0

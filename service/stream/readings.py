@@ -27,8 +27,9 @@ from service.common.values import format_timestamp
 from service.contracts import store as contracts_store
 from service.contracts.model import Contract
 from service.contracts.service import current_contract
-from service.stream import bucket_store
+from service.stream import bucket_store, fold_store
 from service.stream.bucketing import classwise_note, layout_of
+from service.stream.fold_store import NO_FOLD, FoldStatus, fold_fields
 from service.stream.windows import Window
 
 #: Event time before a window whose buckets set its first blocks' variance bound and learned
@@ -57,7 +58,8 @@ class WindowReading:
     ``reading`` holds the labeled predictions' metrics and bins, ``baseline`` the contract's
     held-out eval reading, ``drift`` the assessment of one against the other; ``shares`` says how
     the window splits between contract versions (newest first) and ``notes`` what a reader
-    should know about it.
+    should know about it; ``fold`` what it leaves out: the model's labels acknowledged but not
+    yet folded into the buckets (``service.stream.fold``).
     """
 
     model: str
@@ -70,6 +72,7 @@ class WindowReading:
     baseline: Reading
     drift: Drift
     notes: tuple[str, ...] = ()
+    fold: FoldStatus = NO_FOLD
 
     @property
     def n_labeled(self) -> int:
@@ -111,6 +114,7 @@ class WindowReading:
             "drift": self.drift.to_dict(),
             "threshold": contract.threshold if contract.spec.task == "binary" else None,
             "notes": list(self.notes),
+            **fold_fields(self.fold),
         }
 
 
@@ -201,6 +205,7 @@ def calibration_reading(
         baseline=baseline,
         drift=drift,
         notes=notes,
+        fold=fold_store.fold_status(session, model),
     )
 
 

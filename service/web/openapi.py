@@ -331,6 +331,8 @@ SCHEMAS: dict[str, Any] = {
             "n_predictions": {"type": "integer"},
             "n_labeled": {"type": "integer"},
             "label_coverage": _NULLABLE_NUMBER,
+            "labels_unfolded": _COUNT,
+            "last_fold_at": {"type": ["string", "null"], "format": "date-time"},
             "metrics": _record(_READING_FIELDS, ["n"]),
             "bins": {"type": "array", "items": _ref("Bin")},
             "baseline": _ref("Reading"),
@@ -367,6 +369,8 @@ SCHEMAS: dict[str, Any] = {
             "bins",
             "baseline",
             "drift",
+            "labels_unfolded",
+            "last_fold_at",
         ],
     ),
     "Cohorts": _record(
@@ -515,8 +519,17 @@ SCHEMAS: dict[str, Any] = {
                         "confidence_psi": _NULLABLE_NUMBER,
                         "confidence_psi_no_shift": _NULLABLE_NUMBER,
                         "status": _STATUS,
+                        "labels_unfolded": _COUNT,
+                        "last_fold_at": {"type": ["string", "null"], "format": "date-time"},
                     },
-                    ["start", "n_predictions", "n_labeled", "status"],
+                    [
+                        "start",
+                        "n_predictions",
+                        "n_labeled",
+                        "status",
+                        "labels_unfolded",
+                        "last_fold_at",
+                    ],
                 ),
             },
         },
@@ -592,6 +605,8 @@ _HISTORY_PARAMS = [
     _param("step", schema={"type": "string", "pattern": "^[1-9][0-9]{0,7}[smhd]$"}),
     _param("cohort", schema=_NON_EMPTY),
 ]
+#: Fold the model's labels waiting for the fold before reading (``service.stream.fold``).
+_CONSISTENT = _param("consistent", schema={"type": "string", "enum": ["true", "false"]})
 _SVG = _reply("SVG", {"type": "string"}, "image/svg+xml")
 
 
@@ -707,7 +722,7 @@ PATHS: dict[str, Any] = {
             "calibration",
             "The reading of a window and cohort slice",
             {"200": _reply("reading, bins, baseline, drift", _ref("Calibration"))},
-            params=[_MODEL_PATH, *_WINDOW_PARAMS],
+            params=[_MODEL_PATH, *_WINDOW_PARAMS, _CONSISTENT],
         )
     },
     "/v1/models/{model}/history": {
@@ -728,6 +743,7 @@ PATHS: dict[str, Any] = {
                 _MODEL_PATH,
                 *_HISTORY_PARAMS,
                 _param("format", schema={"type": "string", "enum": ["json", "csv"]}),
+                _CONSISTENT,
             ],
         )
     },

@@ -64,8 +64,16 @@ COUNTERS = frozenset(
     }
 )
 # Live gauges computed on each scrape, about the stored readings themselves.
-# calmon_readings_age_seconds is labelled {model}; calmon_exporter_up has no labels.
-SERVICE_GAUGES = frozenset({"calmon_readings_age_seconds", "calmon_exporter_up"})
+# calmon_readings_age_seconds, calmon_labels_unfolded and calmon_label_fold_lag_seconds are
+# labelled {model}; calmon_exporter_up has no labels.
+SERVICE_GAUGES = frozenset(
+    {
+        "calmon_readings_age_seconds",
+        "calmon_exporter_up",
+        "calmon_labels_unfolded",
+        "calmon_label_fold_lag_seconds",
+    }
+)
 HISTOGRAMS = frozenset({"calmon_label_delay_seconds", "calmon_http_request_duration_seconds"})
 
 # Every series name Prometheus can hold for the metrics above (a histogram is three series).

@@ -17,6 +17,7 @@ from service.export import collector
 from service.export import instruments as export_instruments
 from service.export.reading_store import ExpositionTimes, ReadingRow
 from service.stream import instruments as stream_instruments
+from service.stream.fold_store import FoldStatus
 from tests.deploy import ROOT
 
 DOC = ROOT / "docs" / "metrics.md"
@@ -56,7 +57,8 @@ def exported_gauges() -> dict[str, tuple[str, frozenset[str]]]:
     row = ReadingRow("m", "all", "24h", "c", 1, now, values)
     text = collector.render_readings([row], unexported=2).decode()
     times = ExpositionTimes(now - timedelta(seconds=5), ("m",), {})
-    text += collector.live_text(times, now, readable=True).decode()
+    folds = {"m": FoldStatus(3, now - timedelta(seconds=40), now - timedelta(seconds=60))}
+    text += collector.live_text(times, now, readable=True, folds=folds).decode()
     return {name: ("gauge", labels) for name, labels in labels_in(text).items()}
 
 

@@ -25,6 +25,7 @@ ALERTS = {
     "CalmonLabelsStalled",
     "CalmonIngestStopped",
     "CalmonReadingsStale",
+    "CalmonLabelFoldLagging",
     "CalmonDown",
 }
 

@@ -232,9 +232,12 @@ def test_metrics_serves_the_stored_exposition_in_one_statement(
         scrape(client)
     with counted_statements(db) as statements:
         samples = scrape(client)
-    # The new text is read whole once; then only its digest and times, in one statement.
-    assert all("stored_expositions" in s for s in first_statements + statements)
-    assert len(first_statements) <= 2 and len(statements) == 1
+    # The new text is read whole once; then only its digest and times, in one statement, beside
+    # the one that reads the label fold's status.
+    exposition = [s for s in first_statements + statements if "stored_expositions" in s]
+    folds = [s for s in first_statements + statements if "unfolded_labels" in s]
+    assert len(exposition) + len(folds) == len(first_statements) + len(statements)
+    assert len(first_statements) <= 3 and len(statements) == 2 and len(folds) == 2
     assert gauge(samples, "calmon_ece", model="stored", cohort="all") == 0.25
     assert not any(
         name == "calmon_ece" and ("model", "served-0") in labels for name, labels in samples
@@ -262,13 +265,14 @@ def test_a_scrape_during_a_refresh_sees_the_previous_exposition_whole(
         with counted_statements(db) as statements:
             midway.append(scrape(client))
         counts.append(len(statements))
-        assert all("stored_expositions" in s for s in statements)
+        assert [s for s in statements if "unfolded_labels" in s][1:] == []
+        assert all("stored_expositions" in s or "unfolded_labels" in s for s in statements)
         return done
 
     monkeypatch.setattr(refresher_module, "refresh_model", scraping)
     scrape(client)  # this process has read the stored text: midway it reads only its digest
     assert refresh_all(db, settings).failed == ()
-    assert counts == [1, 1]
+    assert counts == [2, 2]
     cell = {"contract_version": "1", "cohort": "all", "window": "24h"}
     for samples in midway:
         assert gauge(samples, "calmon_predictions", model="first", **cell) == 10

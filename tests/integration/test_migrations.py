@@ -228,3 +228,35 @@ def test_incremental_refresh_tables_come_and_go_with_revision_0016(fresh_empty_u
         assert "stale_at" not in readings and not {"model_times", "body_sha256"} & expositions
     finally:
         engine.dispose()
+
+
+def test_the_label_fold_tables_come_and_go_with_revision_0018(fresh_empty_url: str) -> None:
+    """Revision 0018 adds the fold's queue (keyed like ``labels``) and its marks; its
+    downgrade drops both."""
+    config = alembic_config(fresh_empty_url)
+    command.upgrade(config, "0016")
+    engine = make_engine(fresh_empty_url)
+    try:
+        assert not {"unfolded_labels", "label_fold_marks"} & set(inspect(engine).get_table_names())
+        command.upgrade(config, "0018")
+        schema = inspect(engine)
+        assert {"unfolded_labels", "label_fold_marks"} <= set(schema.get_table_names())
+        assert schema.get_pk_constraint("unfolded_labels")["constrained_columns"] == ["model", "id"]
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO unfolded_labels (model, id, label, queued_at)"
+                    " VALUES ('m', 'a', 1, '2026-12-01 00:00:00')"
+                )
+            )
+        with pytest.raises(IntegrityError), engine.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO unfolded_labels (model, id, label, queued_at)"
+                    " VALUES ('m', 'a', 2, '2026-12-01 00:00:01')"
+                )
+            )
+        command.downgrade(config, "0016")
+        assert not {"unfolded_labels", "label_fold_marks"} & set(inspect(engine).get_table_names())
+    finally:
+        engine.dispose()

@@ -20,6 +20,7 @@ from service.export.instruments import (
     record_rejection,
 )
 from service.export.reading_store import StoredText, stored_exposition
+from service.stream.fold_store import fleet_fold_status
 from service.web.db_session import database
 from service.web.route_names import route_template
 
@@ -35,16 +36,17 @@ _last_lock = threading.Lock()
 def metrics() -> Response:
     """Prometheus exposition: the stored calibration gauges as the refresher last assembled
     them (never a half-refreshed fleet, never a recomputation, no write lock taken; the text is
-    read again only when its digest changed), the models' readings ages, then the process
-    counters."""
+    read again only when its digest changed), the models' readings ages and label fold status,
+    then the process counters."""
     with _last_lock:
         known = _last.get("text")
     try:
         with database().read_session() as session:
             stored = stored_exposition(session, known)
+            folds = fleet_fold_status(session)
         readable = True
     except SQLAlchemyError:
-        stored, readable = None, False
+        stored, readable, folds = None, False, {}
     if stored is not None:
         with _last_lock:
             _last["text"] = stored
@@ -54,7 +56,7 @@ def metrics() -> Response:
     else:
         process = REGISTRY
     gauges, times = (stored.body, stored.times) if stored else (b"", None)
-    body = gauges + live_text(times, utcnow(), readable) + generate_latest(process)
+    body = gauges + live_text(times, utcnow(), readable, folds) + generate_latest(process)
     return Response(body, content_type=CONTENT_TYPE_LATEST)
 
 

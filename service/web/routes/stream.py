@@ -21,8 +21,8 @@ from service.export.instruments import (
     PREDICTIONS_INGESTED,
     observe_many,
 )
+from service.stream import fold, ingestion
 from service.stream import history as histories
-from service.stream import ingestion
 from service.stream import readings as monitoring
 from service.stream.cohorts import ALL, KEY_PATTERN, parse_slice_query
 from service.stream.windows import Window, WindowError, parse_duration
@@ -99,12 +99,25 @@ def _slice() -> str:
     return slice_
 
 
+def _consistent(model: str, now: datetime) -> None:
+    """With ``consistent=true``, fold the model's queued labels before the read (every label
+    acknowledged by ``now`` is then in the buckets); ``false`` (the default) reads at once."""
+    raw = request.args.get("consistent", "false")
+    if raw not in ("true", "false"):
+        raise ValidationFailed(
+            "invalid consistent", [ErrorDetail("consistent", "must be true or false")]
+        )
+    if raw == "true":
+        fold.fold_model(db_session(), model, now)
+
+
 @bp.get("/models/<model>/calibration")
 @requires(Permission.READ)
 def calibration(model: str) -> Response:
     """The reading of a window and cohort slice, with bins, baseline and drift."""
     now = utcnow()
-    slice_, window = slice_and_window(now)
+    slice_, window = slice_and_window(now, also=("consistent",))
+    _consistent(model, now)
     return jsonify(
         monitoring.calibration_reading(db_session(), model, window, slice_, now).to_dict()
     )
@@ -139,12 +152,13 @@ def history_range(now: datetime) -> tuple[str, datetime, datetime, timedelta]:
 @requires(Permission.READ)
 def history(model: str) -> Response:
     """A cohort slice's readings per step (JSON, or CSV with ``format=csv``)."""
-    check_known(("cohort", "start", "end", "step", "format"))
+    check_known(("cohort", "start", "end", "step", "format", "consistent"))
     now = utcnow()
     fmt = request.args.get("format", "json")
     if fmt not in ("json", "csv"):
         raise ValidationFailed("invalid format", [ErrorDetail("format", "must be json or csv")])
     slice_, start, end, step = history_range(now)
+    _consistent(model, now)
     found = histories.model_history(db_session(), model, slice_, start, end, step, now)
     if fmt == "json":
         return Response(orjson.dumps(found.to_dict()), mimetype="application/json")

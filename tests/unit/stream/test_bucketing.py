@@ -23,6 +23,7 @@ from service.stream.bucketing import (
     epoch_seconds,
     layout_of,
     merge_deltas,
+    shares_bucket,
     stored_inputs,
 )
 from tests.unit.stream.conftest import binary_contract
@@ -278,3 +279,13 @@ def test_a_contract_above_the_class_wise_limit_buckets_its_rows_computed_alone()
     )
     assert not layout_of(contract).classwise
     np.testing.assert_allclose(hour.stats, alone, rtol=1e-12, atol=1e-12)
+
+
+def test_a_row_shares_its_bucket_only_with_rows_of_its_group_in_the_same_five_minutes() -> None:
+    # Five minutes are 300 s: 0 and 299 share a bucket, 300 starts the next one.
+    groups = ["a", "a", "a", "b", "b", "a"]
+    seconds = np.array([0, 299, 300, 10, 900, 601], dtype=np.int64)
+    assert shares_bucket(groups, seconds).tolist() == [True, True, False, False, False, False]
+    assert shares_bucket([], np.zeros(0, dtype=np.int64)).tolist() == []
+    assert shares_bucket(groups, seconds, at_least=3).tolist() == [False] * 6
+    assert shares_bucket(["a"] * 3, np.array([1, 2, 3]), at_least=3).tolist() == [True] * 3

@@ -1,0 +1,132 @@
+"""The label fold: labels acknowledged by their request and counted in their buckets later.
+
+A label request counts at once the labels of predictions from the last ``FOLD_AFTER`` (the
+windows most alerts read stay exact) and the older ones that share a 5-minute bucket (of the
+same contract and slice list) with another label of the request: their bucket rows are
+rewritten once for several labels. An older label alone in its bucket (late and scattered
+labels mostly are) would rewrite four or more bucket rows by itself; it is queued instead
+(``fold_store``), and the fold
+counts the queued labels of a model together, each touched bucket row rewritten once per fold
+chunk of ``FOLD_CHUNK`` labels.
+
+Every chunk is one transaction that deletes the queued rows it counts and adds their sums to the
+buckets, so a fold cut short anywhere before its commit leaves those labels queued, and two
+folds at once count each label once (``fold_store.claim``). The refresher folds every model
+under its lease at the start of each cycle; a reader asking for ``consistent=true`` folds its
+model first.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+import numpy as np
+from sqlalchemy.orm import Session
+
+from service.contracts import store as contracts_store
+from service.stream import fold_store
+from service.stream.bucket_store import BucketDelta, BucketKey, apply_deltas
+from service.stream.bucketing import bucket_deltas, merge_deltas, parsed_slices, stored_inputs
+
+log = logging.getLogger(__name__)
+
+#: Labels of predictions at least this old may wait for the fold; younger ones never do.
+FOLD_AFTER = timedelta(hours=24)
+
+#: A request counts its late labels itself only where at least this many of them fall in one
+#: 5-minute bucket (same contract and slice list); the others wait for the fold.
+COUNTED_AT = 2
+
+#: Rows evaluated together by ``count_labels``.
+BLOCK = 4_096
+
+#: Queued labels counted per fold transaction.
+FOLD_CHUNK = 500_000
+
+
+def count_labels(
+    session: Session,
+    model: str,
+    *,
+    contract_ids: Sequence[str],
+    seconds: np.ndarray,
+    slices: Sequence[str],
+    inputs: Sequence[bytes],
+    labels: np.ndarray,
+) -> None:
+    """Move labeled predictions (R rows: contract id, event time in whole epoch seconds,
+    stored slice JSON and input bytes, class index) from the unlabeled sums into the
+    statistics of their buckets, one set-based write (``apply_deltas``).
+
+    The rows of each contract are evaluated in event-time order, ``BLOCK`` at a time: a
+    block's rows fall in few buckets, and the grouped statistics cost grows with the rows times
+    the groups of one evaluation (``grouped_knot_sums`` forms dense per-group sums per chunk of
+    rows), which over the thousands of buckets a fold touches would dominate it."""
+    if len(contract_ids) == 0:
+        return
+    deltas: dict[BucketKey, BucketDelta] = {}
+    contract_of = np.array(contract_ids, dtype=object)
+    for contract_id in sorted(set(contract_ids)):
+        contract = contracts_store.get_contract(session, contract_id)
+        assert contract is not None
+        mine = np.flatnonzero(contract_of == contract_id)
+        mine = mine[np.argsort(seconds[mine], kind="stable")]
+        for start in range(0, mine.size, BLOCK):
+            rows = mine[start : start + BLOCK].tolist()
+            merge_deltas(
+                deltas,
+                bucket_deltas(
+                    contract,
+                    seconds=seconds[rows],
+                    slices=parsed_slices([slices[r] for r in rows]),
+                    inputs=stored_inputs(contract, [inputs[r] for r in rows]),
+                    labels=labels[rows],
+                    new=False,
+                ),
+            )
+    apply_deltas(session, model, deltas)
+
+
+def fold_chunk(session: Session, model: str, upto: datetime, now: datetime) -> int:
+    """Count up to ``FOLD_CHUNK`` queued labels of ``model`` acknowledged at or before
+    ``upto`` in the caller's transaction (the caller commits); returns how many were claimed
+    (0: none left to this transaction)."""
+    claimed = fold_store.claim(session, model, upto, FOLD_CHUNK)
+    if not claimed.ids and not claimed.orphans:
+        return 0
+    count_labels(
+        session,
+        model,
+        contract_ids=claimed.contract_ids,
+        seconds=np.array(claimed.seconds, dtype=np.int64),
+        slices=claimed.slices,
+        inputs=claimed.inputs,
+        labels=np.array(claimed.labels, dtype=np.int64),
+    )
+    if claimed.orphans:
+        log.warning(
+            "queued labels dropped: their predictions are gone",
+            extra={"model": model, "labels": claimed.orphans},
+        )
+    fold_store.mark_folded(session, model, now)
+    return len(claimed.ids) + claimed.orphans
+
+
+def fold_model(session: Session, model: str, now: datetime, upto: datetime | None = None) -> int:
+    """Count every queued label of ``model`` acknowledged at or before ``upto`` (default
+    ``now``), committing each chunk; returns how many this call counted.
+
+    Ends the session's transaction. Labels another fold is counting at the same moment are left
+    to it, and this call returns only once they are committed, so on return every label
+    acknowledged by ``upto`` is in the buckets."""
+    upto = now if upto is None else upto
+    total = 0
+    while True:
+        done = fold_chunk(session, model, upto, now)
+        session.commit()
+        total += done
+        if not done and not fold_store.any_queued(session, model, upto):
+            session.commit()
+            return total

@@ -1,0 +1,280 @@
+"""Late labels alone in their bucket wait for the fold; the fold counts each exactly once."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from flask.testing import FlaskClient
+from sqlalchemy import text
+
+from service.config import load_settings
+from service.db.database import Database
+from service.export.refresher import refresh_all
+from service.stream import fold, fold_store, ingestion
+from service.stream.maintenance import rebuild_buckets
+from service.stream.retention import prune
+from tests.integration.conftest import Auth
+from tests.integration.factories import fit_body
+
+MODEL = "late"
+#: One prediction an hour over the days before now, each labeled (its label alone in its bucket).
+N = 60
+
+
+def iso(ts: datetime) -> str:
+    return ts.isoformat().replace("+00:00", "Z")
+
+
+def ok(response: Any) -> dict[str, Any]:
+    assert response.status_code in (200, 201), response.get_json()
+    return response.get_json()  # type: ignore[no-any-return]
+
+
+def predictions(now: datetime, n: int = N, first_day: int = 40) -> list[dict[str, Any]]:
+    """``n`` predictions an hour apart from ``first_day`` days before ``now``."""
+    start = now - timedelta(days=first_day)
+    return [
+        {
+            "id": f"p{i:04d}",
+            "ts": iso(start + timedelta(hours=i)),
+            "cohort": {"region": "eu" if i % 2 else "us"},
+            "logits": [1.5 - 0.05 * i, 0.1 * (i % 7), 0.0],
+            "label": i % 3,
+        }
+        for i in range(n)
+    ]
+
+
+def post(client: FlaskClient, auth: Auth, kind: str, items: list[dict[str, Any]]) -> dict:
+    body = {"model": MODEL, kind: items}
+    return ok(client.post(f"/v1/{kind}", json=body, headers=auth.headers("ingest")))
+
+
+def send(client: FlaskClient, auth: Auth, rows: list[dict[str, Any]], now: datetime) -> None:
+    """Store the predictions, then their labels in one request, received ``now``."""
+    ok(client.post("/v1/contracts/fit", json=fit_body(MODEL), headers=auth.headers()))
+    post(client, auth, "predictions", [{k: v for k, v in r.items() if k != "label"} for r in rows])
+    labels = [{"id": r["id"], "label": r["label"], "ts": iso(now)} for r in rows]
+    assert post(client, auth, "labels", labels)["joined"] == len(rows)
+
+
+def window(client: FlaskClient, auth: Auth, now: datetime, query: str = "") -> dict[str, Any]:
+    start = iso(now - timedelta(days=45)).replace(":", "%3A")
+    end = iso(now).replace(":", "%3A")
+    url = f"/v1/models/{MODEL}/calibration?start={start}&end={end}{query}"
+    return ok(client.get(url, headers=auth.headers()))
+
+
+def bucket_sums(db: Database) -> list[tuple[Any, ...]]:
+    """Every bucket of the model: key, counts and blobs (the whole aggregate state)."""
+    with db.session() as session:
+        rows = session.execute(
+            text(
+                "SELECT slice, resolution, bucket_start, n_predictions, n_labeled,"
+                " unlabeled_expected_correct, stats FROM calibration_buckets"
+                " WHERE model = :model ORDER BY slice, resolution, bucket_start"
+            ),
+            {"model": MODEL},
+        ).all()
+    return [
+        (*r[:5], round(float(r[5]), 9), bytes(r[6]) if r[6] is not None else None) for r in rows
+    ]
+
+
+def rebuilt(db: Database) -> list[tuple[Any, ...]]:
+    """The buckets as the stored rows give them (a rebuild from scratch)."""
+    with db.session() as session:
+        rebuild_buckets(session, MODEL)
+    return bucket_sums(db)
+
+
+def queued(db: Database) -> int:
+    with db.read_session() as session:
+        return fold_store.fold_status(session, MODEL).unfolded
+
+
+def test_a_label_20_days_late_counts_after_the_next_fold_and_at_once_when_asked(
+    client: FlaskClient, auth: Auth, db: Database
+) -> None:
+    now = datetime.now(UTC)
+    rows = predictions(now, n=1, first_day=20)
+    send(client, auth, rows, now)
+    event = datetime.fromisoformat(rows[0]["ts"].replace("Z", "+00:00"))
+    day = f"start={iso(event - timedelta(hours=1))}&end={iso(event + timedelta(hours=1))}"
+    url = f"/v1/models/{MODEL}/calibration?{day.replace(':', '%3A')}"
+    waiting = ok(client.get(url, headers=auth.headers()))
+    assert (waiting["n_predictions"], waiting["n_labeled"]) == (1, 0)
+    assert (waiting["labels_unfolded"], waiting["last_fold_at"]) == (1, None)
+    history_url = f"/v1/models/{MODEL}/history?{day.replace(':', '%3A')}&step=1h"
+    points = ok(client.get(history_url, headers=auth.headers()))["points"]
+    assert {(p["n_labeled"], p["labels_unfolded"]) for p in points} == {(0, 1)}
+
+    asked = ok(client.get(f"{history_url}&consistent=true", headers=auth.headers()))["points"]
+    assert sum(p["n_labeled"] for p in asked) == 1
+    assert {p["labels_unfolded"] for p in asked} == {0}
+    assert all(p["last_fold_at"] is not None for p in asked)
+    consistent = ok(client.get(f"{url}&consistent=true", headers=auth.headers()))
+    assert (consistent["n_labeled"], consistent["labels_unfolded"]) == (1, 0)
+
+
+def test_the_refresh_folds_waiting_labels_and_the_metrics_say_so(
+    client: FlaskClient, auth: Auth, db: Database
+) -> None:
+    now = datetime.now(UTC)
+    send(client, auth, predictions(now), now)
+    assert queued(db) == N
+    scrape = client.get("/metrics").get_data(as_text=True)
+    assert f'calmon_labels_unfolded{{model="{MODEL}"}} {N}.0' in scrape
+    lag = [ln for ln in scrape.splitlines() if ln.startswith("calmon_label_fold_lag_seconds{")]
+    assert len(lag) == 1 and float(lag[0].split()[-1]) >= 0.0
+    assert window(client, auth, now)["n_labeled"] == 0
+
+    refresh_all(db, load_settings({"database_url": "unused"}))
+    after = window(client, auth, now)
+    assert (after["n_labeled"], after["labels_unfolded"]) == (N, 0)
+    assert after["last_fold_at"] is not None
+    scrape = client.get("/metrics").get_data(as_text=True)
+    assert f'calmon_labels_unfolded{{model="{MODEL}"}} 0.0' in scrape
+    assert f'calmon_label_fold_lag_seconds{{model="{MODEL}"}} 0.0' in scrape
+
+
+@pytest.mark.parametrize(("counted_at", "waiting"), [(2, 0), (3, 2)])
+def test_recent_labels_and_labels_sharing_a_bucket_are_counted_by_their_request(
+    client: FlaskClient,
+    auth: Auth,
+    db: Database,
+    monkeypatch: pytest.MonkeyPatch,
+    counted_at: int,
+    waiting: int,
+) -> None:
+    """Ten labels of the last day and two late ones in one bucket: all counted by the request
+    while two labels in a bucket are enough (``COUNTED_AT``); the late pair waits when three
+    are needed."""
+    monkeypatch.setattr(ingestion, "COUNTED_AT", counted_at)
+    now = datetime.now(UTC)
+    recent = [
+        {**r, "id": f"r{i}", "ts": iso(now - timedelta(hours=i + 1))}
+        for i, r in enumerate(predictions(now, n=10))
+    ]
+    old = datetime.fromisoformat(predictions(now, n=1)[0]["ts"].replace("Z", "+00:00"))
+    pair = [
+        {**r, "id": f"s{i}", "ts": iso(old + timedelta(seconds=i)), "cohort": {"region": "eu"}}
+        for i, r in enumerate(predictions(now, n=2))
+    ]
+    send(client, auth, recent + pair, now)
+    assert queued(db) == waiting
+    got = window(client, auth, now)
+    assert (got["n_labeled"], got["labels_unfolded"]) == (12 - waiting, waiting)
+
+
+def _raise_after(target: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        target(*args, **kwargs)
+        raise RuntimeError("killed")
+
+    return wrapped
+
+
+@pytest.mark.parametrize("step", ["claim", "apply_deltas", "mark_folded"])
+def test_a_fold_killed_midway_and_run_again_counts_every_label_once(
+    client: FlaskClient,
+    auth: Auth,
+    db: Database,
+    monkeypatch: pytest.MonkeyPatch,
+    step: str,
+) -> None:
+    """The fold dies after one of its statements, before its commit; run again, it leaves the
+    buckets exactly as a rebuild from the stored rows makes them."""
+    now = datetime.now(UTC)
+    send(client, auth, predictions(now), now)
+    monkeypatch.setattr(fold, "FOLD_CHUNK", 25)
+    owner = fold if step == "apply_deltas" else fold_store
+    real = getattr(owner, step)
+    monkeypatch.setattr(owner, step, _raise_after(real))
+    with db.session() as session, pytest.raises(RuntimeError, match="killed"):
+        fold.fold_model(session, MODEL, datetime.now(UTC))
+    assert queued(db) == N
+    monkeypatch.setattr(owner, step, real)
+    with db.session() as session:
+        assert fold.fold_model(session, MODEL, datetime.now(UTC)) == N
+    assert queued(db) == 0
+    folded = bucket_sums(db)
+    assert sum(r[4] for r in folded if r[0] == "all" and r[1] == "1h") == N
+    assert folded == rebuilt(db)
+
+
+def test_two_folds_at_once_count_every_label_once(
+    client: FlaskClient, auth: Auth, db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = datetime.now(UTC)
+    send(client, auth, predictions(now), now)
+    monkeypatch.setattr(fold, "FOLD_CHUNK", 7)
+    monkeypatch.setattr(fold, "BLOCK", 3)
+    start = threading.Barrier(2)
+    counted: list[int] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            with db.session() as session:
+                start.wait()
+                counted.append(fold.fold_model(session, MODEL, datetime.now(UTC)))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    assert sum(counted) == N
+    assert queued(db) == 0
+    folded = bucket_sums(db)
+    assert folded == rebuilt(db)
+
+
+def test_prune_folds_waiting_labels_before_their_predictions_go(
+    client: FlaskClient, auth: Auth, db: Database
+) -> None:
+    now = datetime.now(UTC)
+    send(client, auth, predictions(now), now)
+    assert queued(db) == N
+    with db.session() as session:
+        report = prune(
+            session,
+            older_than=timedelta(days=35),
+            settings=load_settings({"database_url": "unused"}),
+            now=now,
+            actor="tests",
+        )
+    assert report.counts.predictions > 0
+    assert queued(db) == 0
+    got = window(client, auth, now)
+    assert (got["n_predictions"], got["n_labeled"], got["labels_unfolded"]) == (N, N, 0)
+
+
+def test_a_rebuild_with_labels_waiting_counts_each_once(
+    client: FlaskClient, auth: Auth, db: Database
+) -> None:
+    now = datetime.now(UTC)
+    send(client, auth, predictions(now), now)
+    assert queued(db) == N
+    with db.session() as session:
+        assert rebuild_buckets(session, MODEL) == N
+    assert queued(db) == 0
+    refresh_all(db, load_settings({"database_url": "unused"}))
+    got = window(client, auth, now, "&consistent=true")
+    assert (got["n_predictions"], got["n_labeled"], got["labels_unfolded"]) == (N, N, 0)
+
+
+def test_consistent_takes_only_true_or_false(client: FlaskClient, auth: Auth) -> None:
+    ok(client.post("/v1/contracts/fit", json=fit_body(MODEL), headers=auth.headers()))
+    for path in ("calibration", "history"):
+        response = client.get(f"/v1/models/{MODEL}/{path}?consistent=yes", headers=auth.headers())
+        assert response.status_code == 422
+        assert response.get_json()["error"]["details"][0]["field"] == "consistent"
