@@ -790,13 +790,21 @@ max_ece_increase 0.02, min_labeled 200. Machine: {machine}; date {date}; commit 
 """
 
 
-def render(results: dict[tuple[str, tuple[Any, ...]], Arrays], args: argparse.Namespace) -> str:
-    import platform
+def current_commit() -> str:
+    """The checkout's commit, read when the run starts (the code the run imports)."""
     import subprocess
 
-    commit = subprocess.run(
+    head = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
     ).stdout.strip()
+    return head or "unknown"
+
+
+def render(
+    results: dict[tuple[str, tuple[Any, ...]], Arrays], args: argparse.Namespace, commit: str
+) -> str:
+    import platform
+
     sections: list[tuple[str, str, list[str]]] = [
         (
             "1. The ECE interval",
@@ -870,7 +878,7 @@ def render(results: dict[tuple[str, tuple[Any, ...]], Arrays], args: argparse.Na
         seed=SEED,
         machine=f"{platform.machine()}, {multiprocessing.cpu_count()} cores",
         date=datetime.now(UTC).date().isoformat(),
-        commit=commit or "unknown",
+        commit=commit,
     )
     for title, lead, lines in sections:
         text += f"\n## {title}\n\n{lead}\n\n" + "\n".join(lines) + "\n"
@@ -886,9 +894,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
+    commit = current_commit()
     jobs = jobs_of(args.reps, args.tail_reps, args.weeks, args.quick)
     results = run_all(jobs, args.processes)
-    Path(args.out).write_text(render(results, args))
+    Path(args.out).write_text(render(results, args, commit))
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 
