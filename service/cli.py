@@ -237,17 +237,20 @@ def _read_json(path: str, what: str) -> Any:
 
 
 def _gate(args: argparse.Namespace) -> int:
-    from service.remote import call, error_text, gate_report
+    from service.client import Calmon, RequestFailed
+    from service.remote import error_text, gate_report
 
-    body: dict[str, Any] = {"contract_id": args.contract}
-    if args.policy:
-        body["policy"] = _read_json(args.policy, "policy file")
-    status, reply = call(args.url, _token(args), "POST", "/v1/gate", body)
-    if status != 201:
-        print(error_text(reply), file=sys.stderr)
+    policy = _read_json(args.policy, "policy file") if args.policy else None
+    client = Calmon(args.url, _token(args))
+    try:
+        decision = client.gate(args.contract, policy)
+    except RequestFailed as failed:
+        print(error_text(failed.reply), file=sys.stderr)
         return 2
-    print(gate_report(reply))
-    return 0 if reply["decision"] == "pass" else 1
+    finally:
+        client.close()
+    print(gate_report(decision.raw))
+    return 0 if decision.passed else 1
 
 
 def _fit(args: argparse.Namespace) -> int:
@@ -466,12 +469,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``calmon`` console script."""
     args = build_parser().parse_args(argv)
+    from service.client import Unreachable
     from service.common.errors import CalmonError
     from service.remote import RemoteError
 
     try:
         return int(args.handler(args))
-    except (UsageError, RemoteError, CalmonError, ValueError) as exc:
+    except (UsageError, RemoteError, Unreachable, CalmonError, ValueError) as exc:
         print(f"calmon: {exc}", file=sys.stderr)
         return 2
 
