@@ -9,15 +9,18 @@ UTC); a naive ``datetime`` is read as UTC too. ``None`` is the time of the call.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 TIMESTAMP = pa.timestamp("us", "UTC")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,7 @@ def pending(kind: str, ids: Any, values: Any, ts: Any, cohort: Mapping[str, Any]
         raise ValueError(f"labels holds {len(values)} values for {n} ids")
     if ts is None:
         ts = datetime.now(UTC)
-    elif not isinstance(ts, datetime | np.datetime64) and len(ts) != n:
+    elif not isinstance(ts, datetime | np.datetime64 | Micros) and len(ts) != n:
         raise ValueError(f"ts holds {len(ts)} times for {n} ids")
     for key, value in (cohort or {}).items():
         if not isinstance(value, str) and len(value) != n:
@@ -65,12 +68,74 @@ def _strings(values: Any) -> pa.Array:
     return array if pa.types.is_string(array.type) else array.cast(pa.string())
 
 
-def _times(ts: Any, n: int) -> pa.Array:
+@dataclass(frozen=True)
+class Micros:
+    """Times as int64 microseconds since the epoch, UTC (merged calls)."""
+
+    values: np.ndarray
+
+
+def _micros(ts: Any, n: int) -> np.ndarray:
+    """One call's times as int64 microseconds since the epoch."""
+    if isinstance(ts, Micros):
+        return ts.values
     if isinstance(ts, datetime):
         ts = ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
-        return pa.array([ts] * n, TIMESTAMP)
+        return np.full(n, (ts - _EPOCH) // _MICROSECOND, dtype=np.int64)
     if isinstance(ts, np.datetime64):
-        return pa.array(np.full(n, ts, dtype="datetime64[us]"), TIMESTAMP)
+        return np.full(n, ts.astype("datetime64[us]").astype(np.int64), dtype=np.int64)
+    return _times(ts, n).cast(pa.int64()).to_numpy(zero_copy_only=False)
+
+
+def _listed(values: Any) -> list[Any]:
+    return values.tolist() if isinstance(values, np.ndarray) else list(values)
+
+
+def _layout(p: Pending) -> tuple[Any, ...]:
+    shape = p.values.shape[1:] if isinstance(p.values, np.ndarray) else ()
+    return p.kind, shape, tuple(sorted(p.cohort or {}))
+
+
+def merged(items: Sequence[Pending]) -> list[Pending]:
+    """Contiguous calls of one layout (kind, logits width, cohort keys) as one call each, so
+    that the Arrow conversion runs once per request rather than once per call."""
+    out: list[Pending] = []
+    start = 0
+    while start < len(items):
+        end = start + 1
+        while end < len(items) and _layout(items[end]) == _layout(items[start]):
+            end += 1
+        group = items[start:end]
+        start = end
+        if len(group) == 1:
+            out.append(group[0])
+            continue
+        first = group[0]
+        ids = list(itertools.chain.from_iterable(_listed(p.ids) for p in group))
+        if first.kind == "predictions":
+            values: Any = np.concatenate([p.values for p in group])
+        else:
+            values = list(itertools.chain.from_iterable(_listed(p.values) for p in group))
+        ts = Micros(np.concatenate([_micros(p.ts, p.n) for p in group]))
+        cohort = {
+            key: list(
+                itertools.chain.from_iterable(
+                    itertools.repeat(v, p.n) if isinstance(v, str) else _listed(v)
+                    for p in group
+                    for v in [(p.cohort or {})[key]]
+                )
+            )
+            for key in first.cohort or {}
+        }
+        out.append(Pending(first.kind, len(ids), ids, values, ts, cohort or None))
+    return out
+
+
+def _times(ts: Any, n: int) -> pa.Array:
+    if isinstance(ts, Micros):
+        return pa.array(ts.values, TIMESTAMP)
+    if isinstance(ts, datetime | np.datetime64):
+        return pa.array(_micros(ts, n), TIMESTAMP)
     array = pa.array(ts)
     if pa.types.is_timestamp(array.type):
         if array.type.tz is None:
@@ -82,7 +147,7 @@ def _times(ts: Any, n: int) -> pa.Array:
 def _cohort_columns(cohort: Mapping[str, Any] | None, n: int) -> dict[str, pa.Array]:
     columns = {}
     for key, value in sorted((cohort or {}).items()):
-        columns[key] = pa.array([value] * n) if isinstance(value, str) else _strings(value)
+        columns[key] = pa.repeat(value, n) if isinstance(value, str) else _strings(value)
     return columns
 
 

@@ -24,7 +24,7 @@ from urllib.parse import quote
 
 import pyarrow as pa
 
-from service.client.columns import Pending, record_batch, stream_bytes
+from service.client.columns import Pending, merged, record_batch, stream_bytes
 from service.client.transport import Transport, Unreachable
 
 ARROW = "application/vnd.apache.arrow.stream"
@@ -215,7 +215,7 @@ class Sender:
     def _send(self, transport: Transport, taken: list[Pending]) -> None:
         """Convert and send ``taken`` (one request per column layout), retrying as documented."""
         try:
-            batches = [record_batch(p) for p in taken]
+            batches = [record_batch(p) for p in merged(taken)]
         except (ValueError, TypeError, pa.ArrowException) as exc:
             self._rejected(sum(p.n for p in taken), f"unreadable rows: {exc}")
             return
