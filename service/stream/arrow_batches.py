@@ -12,12 +12,14 @@ The columns are converted without building an object per item and checked by
 ``batches.prediction_columns`` / ``batches.label_columns``, the checks of the JSON fast path;
 when those find anything wrong, the rows are handed to the item-by-item path of JSON bodies,
 which names every bad row and field (``predictions[3].ts``). A column of the wrong type, a
-missing or unexpected column, a dictionary larger than its column, or a stream that cannot be
-read to its end-of-stream marker is refused whole, naming the column or ``(body)``.
+missing or unexpected column, a dictionary larger than its column, compressed buffers (their
+decompressed size escapes the body limit), or a stream that cannot be read to its end-of-stream
+marker is refused whole, naming the column or ``(body)``.
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -61,10 +63,12 @@ def read_stream(raw: bytes, max_items: int) -> pa.Table:
     column of a dictionary longer than its column."""
     if not raw.endswith(_END_OF_STREAM):
         raise UnreadableArrow("the Arrow stream does not end with its end-of-stream marker")
+    buffer = pa.py_buffer(raw)
+    _refuse_compression(buffer)
     batches: list[pa.RecordBatch] = []
     rows = 0
     try:
-        reader = pa.ipc.open_stream(pa.py_buffer(raw))
+        reader = pa.ipc.open_stream(buffer)
         for batch in reader:
             rows += batch.num_rows
             if rows > max_items:
@@ -84,6 +88,50 @@ def read_stream(raw: bytes, max_items: int) -> pa.Table:
     if repeated:
         raise _refused(repeated[0], "the column appears more than once")
     return table
+
+
+def _u32(meta: bytes, at: int) -> int:
+    return int(struct.unpack_from("<I", meta, at)[0])
+
+
+def _field(meta: bytes, table: int, index: int) -> int:
+    """The offset of field ``index`` inside the flatbuffer table at ``table`` (0: absent)."""
+    vtable = table - struct.unpack_from("<i", meta, table)[0]
+    size = struct.unpack_from("<H", meta, vtable)[0]
+    entry = 4 + 2 * index
+    return 0 if entry >= size else int(struct.unpack_from("<H", meta, vtable + entry)[0])
+
+
+def _is_compressed(meta: bytes) -> bool:
+    """Whether an IPC message's metadata (a flatbuffer ``Message``) declares compressed body
+    buffers: its header, a ``RecordBatch`` (union type 3) or a ``DictionaryBatch`` (2) holding
+    one, carries the ``compression`` field (index 3)."""
+    root = _u32(meta, 0)
+    kind_at, header_at = _field(meta, root, 1), _field(meta, root, 2)
+    kind = meta[root + kind_at] if kind_at else 0
+    if kind not in (2, 3) or not header_at:
+        return False
+    table = root + header_at + _u32(meta, root + header_at)
+    if kind == 2:
+        data_at = _field(meta, table, 1)
+        if not data_at:
+            return False
+        table = table + data_at + _u32(meta, table + data_at)
+    return _field(meta, table, 3) != 0
+
+
+def _refuse_compression(buffer: pa.Buffer) -> None:
+    """Refuse compressed body buffers before anything is decoded: their decompressed size is
+    not bounded by the body limit (a small body could expand to gigabytes)."""
+    try:
+        messages = list(pa.ipc.MessageReader.open_stream(buffer))
+        compressed = any(_is_compressed(m.metadata.to_pybytes()) for m in messages)
+    except (pa.ArrowException, struct.error, IndexError) as exc:
+        raise UnreadableArrow(f"the body is not a readable Arrow IPC stream: {exc}") from None
+    if compressed:
+        raise _refused(
+            "(body)", "compressed Arrow buffers are not accepted: send the stream uncompressed"
+        )
 
 
 def _check_dictionaries(batch: pa.RecordBatch) -> None:

@@ -26,9 +26,10 @@ ARROW = "application/vnd.apache.arrow.stream"
 K = 3
 
 
-def encode(table: pa.Table | pa.RecordBatch) -> bytes:
+def encode(table: pa.Table | pa.RecordBatch, compression: str | None = None) -> bytes:
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
+    options = pa.ipc.IpcWriteOptions(compression=compression)
+    with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
         writer.write(table)
     return sink.getvalue().to_pybytes()
 
@@ -207,6 +208,7 @@ MALFORMED: dict[str, tuple[Callable[[pa.Table], bytes], int, list[str]]] = {
     "truncated at a batch end": (lambda t: encode(t)[:-8], 400, ["(body)"]),
     "not Arrow at all": (lambda t: b'{"model": "glyphs"}', 400, ["(body)"]),
     "no rows": (lambda t: encode(t.slice(0, 0)), 422, ["(body)"]),
+    "compressed buffers": (lambda t: encode(t, "zstd"), 422, ["(body)"]),
 }
 
 
