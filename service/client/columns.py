@@ -92,8 +92,11 @@ def _listed(values: Any) -> list[Any]:
 
 
 def _layout(p: Pending) -> tuple[Any, ...]:
+    """What calls must share to be merged: kind, logits width, cohort keys, and for labels
+    whether they are class names (an Arrow column holds names or indices, not both)."""
     shape = p.values.shape[1:] if isinstance(p.values, np.ndarray) else ()
-    return p.kind, shape, tuple(sorted(p.cohort or {}))
+    named = p.kind == "labels" and isinstance(_listed(p.values[:1])[0], str)
+    return p.kind, shape, tuple(sorted(p.cohort or {})), named
 
 
 def merged(items: Sequence[Pending]) -> list[Pending]:
