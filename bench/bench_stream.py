@@ -1,6 +1,6 @@
 """Benchmark the production stream over HTTP on PostgreSQL, each figure beside its ceiling.
 
-    python bench/bench_stream.py [--predictions 10000000] [--days 30] [--batch 10000]
+    python bench/bench_stream.py [--predictions 10000000] [--days 30] [--batch 10000] [--body arrow]
 
 Starts ``calmon serve`` (``--workers`` gunicorn workers of ``--threads`` threads; the default of
 one thread runs sync workers, each taking one request at a time, so the two clients' batches
@@ -10,7 +10,8 @@ serve them on one core) on a fresh PostgreSQL database next to
 
 1. early labels: 1% of the labels arrive before their predictions and wait;
 2. ingest: POST /v1/predictions, batches of ``--batch`` predictions with K = 10 and one cohort
-   key, event times advancing through ``--days`` days; bodies serialised before the clock starts;
+   key, event times advancing through ``--days`` days, as JSON or (``--body arrow``) as Arrow IPC
+   streams (labels too); bodies serialised before the clock starts;
    then 20 batches again (all duplicates: the idempotent retry path);
 3. label join: POST /v1/labels for the other 99%, sent in label-time order. The delay of a label
    after its prediction follows ``--label-order``: ``displaced`` (default) 1-4 h, with
@@ -56,6 +57,7 @@ from pathlib import Path
 
 import numpy as np
 import psycopg
+import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -66,6 +68,9 @@ K = 10
 PORT = int(os.environ.get("CALMON_BENCH_PORT", "8765"))
 TOKEN = "calmon_bench-token"
 REGIONS = ("emea", "apac", "amer")
+ARROW = "application/vnd.apache.arrow.stream"
+#: The body format of the prediction and label batches: json or arrow (``--body``).
+BODY = {"format": "json"}
 
 
 def fresh_database(base: str) -> tuple[str, str]:
@@ -132,7 +137,13 @@ def call(
 ) -> tuple[int, bytes]:
     """One request on ``conn``; a connection the server closed while idle is opened again and the
     request sent once more (calmon's writes are idempotent)."""
-    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    arrow = body is not None and body[:4] == b"\xff\xff\xff\xff"
+    headers = {
+        "Authorization": f"Bearer {TOKEN}",
+        "Content-Type": ARROW if arrow else "application/json",
+    }
+    if arrow:
+        path += "?model=bench"
 
     def send() -> tuple[int, bytes]:
         conn.request(method, path, body=body, headers=headers)
@@ -199,6 +210,23 @@ def prediction_batches(
     for start in range(0, n, batch):
         size = min(batch, n - start)
         logits = np.round(rng.normal(size=(size, K)) * 2, 6)
+        if BODY["format"] == "arrow":
+            ids = np.char.add("p", np.arange(start, start + size).astype(str))
+            yield arrow_body(
+                {
+                    "id": pa.array(ids.tolist(), pa.string()),
+                    "ts": pa.array(
+                        np.datetime64(first.replace(tzinfo=None), "us")
+                        + (offsets[start : start + size] * 1e6).astype("timedelta64[us]"),
+                        pa.timestamp("us", "UTC"),
+                    ),
+                    "logits": pa.FixedSizeListArray.from_arrays(pa.array(logits.ravel()), K),
+                    "region": pa.array(
+                        [REGIONS[i % 3] for i in range(start, start + size)]
+                    ).dictionary_encode(),
+                }
+            )
+            continue
         items = [
             {
                 "id": f"p{start + i}",
@@ -252,9 +280,33 @@ def label_plan(
     return np.flatnonzero(early_mask), order, label_offsets
 
 
+def arrow_body(columns: dict[str, pa.Array]) -> bytes:
+    """One Arrow IPC stream of one record batch."""
+    table = pa.table(columns)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue())
+
+
 def label_bodies(
     indices: np.ndarray, labels: np.ndarray, first: datetime, label_offsets: np.ndarray, batch: int
 ) -> list[bytes]:
+    if BODY["format"] == "arrow":
+        base = np.datetime64(first.replace(tzinfo=None), "us")
+        return [
+            arrow_body(
+                {
+                    "id": pa.array(np.char.add("p", part.astype(str)).tolist(), pa.string()),
+                    "label": pa.array(labels[part].astype(np.int64)),
+                    "ts": pa.array(
+                        base + (label_offsets[part] * 1e6).astype("timedelta64[us]"),
+                        pa.timestamp("us", "UTC"),
+                    ),
+                }
+            )
+            for part in (indices[b : b + batch] for b in range(0, len(indices), batch))
+        ]
     return [
         json.dumps(
             {
@@ -537,7 +589,11 @@ def main() -> None:
         "--fold-every", type=float, default=30.0, help="seconds between refresher cycles"
     )
     parser.add_argument("--keep", action="store_true", help="keep the benchmark database")
+    parser.add_argument(
+        "--body", choices=("json", "arrow"), default="json", help="the batches' body format"
+    )
     args = parser.parse_args()
+    BODY["format"] = args.body
     base = os.environ.get("CALMON_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
     name, url = fresh_database(base)
     service = start_service(url, args.workers, args.threads)
@@ -670,7 +726,7 @@ def main() -> None:
         f" {platform.python_version()}; {n:,} predictions over {args.days:g} days,"
         f" batches of {args.batch:,}, {args.workers} workers of {args.threads} thread(s),"
         f" {args.clients} clients, label order {args.label_order}"
-        f" ({args.displaced:.0%} displaced when 'displaced')\n"
+        f" ({args.displaced:.0%} displaced when 'displaced'), {args.body} bodies\n"
         f"server: {settings}\nsize: {sizes}\n"
         f"labels: {rows_per_label:.2f} bucket rows written per label, {wal_per_label:,.0f} B of"
         f" WAL per label (server-wide); fold: {refresher.summary()}\n"

@@ -246,17 +246,20 @@ def _read_json(path: str, what: str) -> Any:
 
 
 def _gate(args: argparse.Namespace) -> int:
-    from service.remote import call, error_text, gate_report
+    from service.client import Calmon, RequestFailed
+    from service.remote import error_text, gate_report
 
-    body: dict[str, Any] = {"contract_id": args.contract}
-    if args.policy:
-        body["policy"] = _read_json(args.policy, "policy file")
-    status, reply = call(args.url, _token(args), "POST", "/v1/gate", body)
-    if status != 201:
-        print(error_text(reply), file=sys.stderr)
+    policy = _read_json(args.policy, "policy file") if args.policy else None
+    client = Calmon(args.url, _token(args))
+    try:
+        decision = client.gate(args.contract, policy)
+    except RequestFailed as failed:
+        print(error_text(failed.reply), file=sys.stderr)
         return 2
-    print(gate_report(reply))
-    return 0 if reply["decision"] == "pass" else 1
+    finally:
+        client.close()
+    print(gate_report(decision.raw))
+    return 0 if decision.passed else 1
 
 
 def _fit(args: argparse.Namespace) -> int:
@@ -333,6 +336,33 @@ def _locally_fitted(fields: dict[str, Any], method: str, sets: dict[str, Any]) -
     from service.contracts.requests import FitRequest
 
     return fit_contract_spec(FitRequest(fields, method, sets["fit"], sets["eval"])).to_dict()
+
+
+def _ingest(args: argparse.Namespace) -> int:
+    """Send a CSV, Parquet or Arrow file of predictions or labels through the client; exit 0
+    when every row was acknowledged, 1 when the service rejected some, 2 when some could not be
+    delivered (rerun: rows already stored count as duplicates)."""
+    from service.client import Calmon
+    from service.client.backfill import UnreadableFile, describe, ingest_file
+
+    client = Calmon(args.url, _token(args), model=args.model, batch_size=args.batch)
+    try:
+        report = ingest_file(client, args.kind, Path(args.file), wait=args.wait)
+    except UnreadableFile as exc:
+        client.close(timeout=0)
+        raise UsageError(str(exc)) from None
+    print(describe(report, args.kind))
+    if report.rejected:
+        print(f"calmon ingest: the service rejected rows: {report.last_error}", file=sys.stderr)
+        return 1
+    if report.dropped or report.sent < report.read:
+        print(
+            f"calmon ingest: {report.read - report.sent:,} rows were not delivered"
+            f" ({report.last_error}); run the same command again",
+            file=sys.stderr,
+        )
+        return 2
+    return 0
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -419,6 +449,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fit.set_defaults(handler=_fit)
 
+    ingest = commands.add_parser(
+        "ingest",
+        help="send a CSV, Parquet or Arrow file of predictions or labels (rerunnable: ingest is "
+        "idempotent by id)",
+    )
+    ingest.add_argument("kind", choices=["predictions", "labels"])
+    ingest.add_argument("file", help="a .csv, .parquet or .arrow file")
+    ingest.add_argument("--url", required=True, help="the calmon service, e.g. http://host:8000")
+    ingest.add_argument("--token", help="an ingest or admin token (default: $CALMON_TOKEN)")
+    ingest.add_argument("--model", required=True, help="the model the rows belong to")
+    ingest.add_argument(
+        "--batch", type=int, default=10_000, help="rows per request (default 10,000)"
+    )
+    ingest.add_argument(
+        "--wait",
+        type=float,
+        default=600.0,
+        help="seconds to keep retrying at the end while the service is unreachable (default 600)",
+    )
+    ingest.set_defaults(handler=_ingest)
+
     demo = commands.add_parser(
         "demo", help="stream a realistic scenario (one cohort drifts) into a running service"
     )
@@ -488,12 +539,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``calmon`` console script."""
     args = build_parser().parse_args(argv)
+    from service.client import Unreachable
     from service.common.errors import CalmonError
     from service.remote import RemoteError
 
     try:
         return int(args.handler(args))
-    except (UsageError, RemoteError, CalmonError, ValueError) as exc:
+    except (UsageError, RemoteError, Unreachable, CalmonError, ValueError) as exc:
         print(f"calmon: {exc}", file=sys.stderr)
         return 2
 

@@ -1,4 +1,5 @@
-"""``calmon demo``: stream the scenario into a running calmon through its HTTP API only."""
+"""``calmon demo``: stream the scenario into a running calmon through its HTTP API only, with
+the Python client (``service.client``)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,13 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
-from urllib.parse import quote
 
 import numpy as np
 
+from service.client import Calmon, RequestFailed, Unreachable
 from service.common.values import format_timestamp
 from service.demo.scenario import (
     BIN_EDGES,
@@ -30,7 +30,7 @@ from service.demo.scenario import (
     reference_sets,
     ticks,
 )
-from service.remote import RemoteError, call, error_text
+from service.remote import error_text
 
 #: Contracts the demo registers name this checkpoint; it never adds one to another model.
 CHECKPOINT = "calmon-demo-ticket-router"
@@ -106,44 +106,54 @@ class Progress:
 
 @dataclass
 class _Api:
+    """The demo's calls, through ``service.client``: synchronous ones, and a logging client."""
+
     url: str
     token: str
 
-    def send(self, method: str, path: str, body: Any = None) -> Any:
-        """One API call; its decoded reply, or ``DemoFailed`` for an error status."""
-        status, reply = call(self.url, self.token, method, path, body, timeout=60)
-        self._raise_for(status, reply, f"{method} {path}")
-        return reply
+    def __post_init__(self) -> None:
+        self.client = Calmon(self.url, self.token)
 
-    def _raise_for(self, status: int, reply: Any, what: str) -> None:
-        if status in (401, 403):
-            raise DemoFailed(
-                f"the service at {self.url} rejected the token ({status}): {error_text(reply)}\n"
+    def _raise_for(self, failed: RequestFailed, what: str) -> DemoFailed:
+        if failed.status in (401, 403):
+            return DemoFailed(
+                f"the service at {self.url} rejected the token ({failed.status}): "
+                f"{error_text(failed.reply)}\n"
                 "the demo registers a contract, so it needs an admin token",
                 exit_code=2,
             )
-        if not 200 <= status < 300:
-            raise DemoFailed(f"{what} failed ({status}): {error_text(reply)}")
+        return DemoFailed(f"{what} failed ({failed.status}): {error_text(failed.reply)}")
+
+    def fit(self, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return self.client.fit(body).raw
+        except RequestFailed as failed:
+            raise self._raise_for(failed, "POST /v1/contracts/fit") from None
 
     def reading(self, model: str, window: str, cohort: str) -> dict[str, Any]:
         """``GET .../calibration`` of a trailing ``window`` and a cohort slice (``key=value``)."""
-        query = f"window={window}&cohort={quote(cohort, safe=':=')}"
-        reading: dict[str, Any] = self.send("GET", f"/v1/models/{quote(model)}/calibration?{query}")
-        return reading
+        try:
+            return self.client.calibration(model, window=window, cohort=cohort).raw
+        except RequestFailed as failed:
+            raise self._raise_for(failed, f"GET /v1/models/{model}/calibration") from None
 
     def check_model_is_free(self, model: str) -> None:
         """Refuse to add a demo contract to a model whose active contract the demo did not make."""
-        path = f"/v1/models/{quote(model)}/contract"
-        status, reply = call(self.url, self.token, "GET", path)
-        if status == 404:
-            return
-        self._raise_for(status, reply, f"GET {path}")
-        if not str(reply.get("checkpoint", "")).startswith(CHECKPOINT):
+        try:
+            contract = self.client.contract(model)
+        except RequestFailed as failed:
+            if failed.status == 404:
+                return
+            raise self._raise_for(failed, f"GET /v1/models/{model}/contract") from None
+        if not str(contract.raw.get("checkpoint", "")).startswith(CHECKPOINT):
             raise DemoFailed(
                 f"model {model!r} has an active contract the demo did not register "
-                f"(checkpoint {reply.get('checkpoint')!r}); choose another --model",
+                f"(checkpoint {contract.raw.get('checkpoint')!r}); choose another --model",
                 exit_code=2,
             )
+
+    def close(self) -> None:
+        self.client.close()
 
 
 def _fit_body(model: str, seed: int, scenario: Scenario) -> dict[str, Any]:
@@ -166,11 +176,6 @@ def _fit_body(model: str, seed: int, scenario: Scenario) -> dict[str, Any]:
     }
 
 
-def _chunks(rows: np.ndarray) -> Iterator[np.ndarray]:
-    for i in range(0, rows.size, MAX_BATCH):
-        yield rows[i : i + MAX_BATCH]
-
-
 @dataclass
 class _Sent:
     predictions: int = 0
@@ -179,11 +184,14 @@ class _Sent:
     contract: dict[str, Any] = field(default_factory=dict)
 
 
+#: Seconds the demo waits at the end for the logging client to deliver what it queued.
+DELIVERY_SECONDS = 120.0
+
+
 def _stream(api: _Api, options: DemoOptions, scenario: Scenario, err: TextIO) -> _Sent:
-    """Register the contract, then send predictions and due labels step by step."""
-    contract = api.send(
-        "POST", "/v1/contracts/fit", _fit_body(options.model, options.seed, scenario)
-    )
+    """Register the contract, then log predictions and due labels step by step through the
+    client (sent in the background, in order, as Arrow batches)."""
+    contract = api.fit(_fit_body(options.model, options.seed, scenario))
     sent = _Sent(contract=contract)
     print(
         f"demo: contract v{contract['version']} of {options.model!r} registered; streaming "
@@ -191,40 +199,41 @@ def _stream(api: _Api, options: DemoOptions, scenario: Scenario, err: TextIO) ->
         file=err,
     )
     tag = f"{options.model}-v{contract['version']}"
-    stamp = [
-        format_timestamp(scenario.start + timedelta(seconds=float(s))) for s in scenario.offsets
-    ]
+    ids = np.char.add(f"{tag}-", np.char.zfill(np.arange(scenario.offsets.size).astype(str), 7))
+    start = np.datetime64(scenario.start.replace(tzinfo=None), "us")
+    stamps = start + (scenario.offsets * 1e6).astype("timedelta64[us]")
+    label_stamps = start + (scenario.label_offsets * 1e6).astype("timedelta64[us]")
+    regions = np.array(COHORTS)[scenario.regions]
+    names = np.array(CLASSES)[scenario.labels]
     progress = Progress(err, scenario.offsets.size, int(scenario.labeled_by_end.sum()))
-    for tick in ticks(scenario):
-        for rows in _chunks(tick.predictions):
-            items = [
-                {
-                    "id": f"{tag}-{i:07d}",
-                    "ts": stamp[i],
-                    "cohort": {COHORT_KEY: COHORTS[scenario.regions[i]]},
-                    "logits": scenario.logits[i].tolist(),
-                }
-                for i in rows.tolist()
-            ]
-            body = {"model": options.model, "contract_id": contract["id"], "predictions": items}
-            sent.predictions += api.send("POST", "/v1/predictions", body)["accepted"]
-        for rows in _chunks(tick.labels):
-            items = [
-                {
-                    "id": f"{tag}-{i:07d}",
-                    "label": CLASSES[scenario.labels[i]],
-                    "ts": format_timestamp(
-                        scenario.start + timedelta(seconds=float(scenario.label_offsets[i]))
-                    ),
-                }
-                for i in rows.tolist()
-            ]
-            sent.labels += api.send(
-                "POST", "/v1/labels", {"model": options.model, "labels": items}
-            )["joined"]
-        fraction = (tick.clock - scenario.start) / (scenario.end - scenario.start)
-        progress.update(fraction, tick.clock, sent.predictions, sent.labels)
-    progress.finish()
+    logged = Calmon(api.url, api.token, model=options.model, batch_size=MAX_BATCH, max_delay=0.5)
+    try:
+        predictions = labels = 0
+        for tick in ticks(scenario):
+            rows = tick.predictions
+            if rows.size:
+                predictions += logged.log_predictions(
+                    ids[rows], scenario.logits[rows], stamps[rows], {COHORT_KEY: regions[rows]}
+                )
+            rows = tick.labels
+            if rows.size:
+                labels += logged.log_labels(ids[rows], names[rows], label_stamps[rows])
+            fraction = (tick.clock - scenario.start) / (scenario.end - scenario.start)
+            progress.update(fraction, tick.clock, predictions, labels)
+        progress.finish()
+        delivered = logged.close(timeout=DELIVERY_SECONDS)
+    finally:
+        logged.close(timeout=0)
+    stats = logged.stats
+    if stats.rejected:
+        raise DemoFailed(f"the service refused {stats.rejected:,} rows: {stats.last_error}")
+    if not delivered:
+        raise DemoFailed(
+            f"{stats.dropped:,} rows could not be delivered in {DELIVERY_SECONDS:g} s: "
+            f"{stats.last_error}",
+            exit_code=2,
+        )
+    sent.predictions, sent.labels = stats.accepted, stats.joined
     sent.unlabeled = sent.predictions - sent.labels
     return sent
 
@@ -369,12 +378,14 @@ def run_demo(options: DemoOptions, *, out: TextIO = sys.stdout, err: TextIO = sy
         slices = ["all", *(f"{COHORT_KEY}={c}" for c in COHORTS)]
         readings = {s: api.reading(options.model, WINDOW, s) for s in slices}
         latest = api.reading(options.model, LATEST_WINDOW, "all")
-    except RemoteError as exc:
+    except Unreachable as exc:
         print(f"calmon demo: {exc}", file=err)
         return 2
     except DemoFailed as exc:
         print(f"calmon demo: {exc}", file=err)
         return exc.exit_code
+    finally:
+        api.close()
     gauges = None
     if options.wait > 0:
         want = {

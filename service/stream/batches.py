@@ -329,10 +329,14 @@ def _stamps_in_range(raw: list[Any], now: datetime) -> list[datetime] | None:
     stamps = [parse_timestamp(t) for t in raw]
     if None in stamps:
         return None
-    valid = cast(list[datetime], stamps)
-    if timestamp_problem(min(valid), now) or timestamp_problem(max(valid), now):
+    return _in_range(cast(list[datetime], stamps), now)
+
+
+def _in_range(stamps: list[datetime], now: datetime) -> list[datetime] | None:
+    """``stamps`` (zone-aware, at least one) if all lie in the accepted range, else None."""
+    if timestamp_problem(min(stamps), now) or timestamp_problem(max(stamps), now):
         return None
-    return valid
+    return stamps
 
 
 def _parse_predictions_fast(
@@ -357,23 +361,13 @@ def _parse_predictions_fast(
         values = [item[value_key] for item in items]
     except KeyError:
         return None
-    if not _clean_ids(ids):
+    stamps = [parse_timestamp(t) for t in raw_ts]
+    if None in stamps:
         return None
-    valid = _stamps_in_range(raw_ts, now)
-    if valid is None:
-        return None
-    checked: dict[tuple[tuple[str, str], ...], bool] = {}
+    valid = cast(list[datetime], stamps)
     cohorts = [{} if (c := item.get("cohort")) is None else c for item in items]
     if set(map(type, cohorts)) != {dict}:
         return None
-    if not set(map(type, itertools.chain.from_iterable(c.values() for c in cohorts))) <= {str}:
-        return None
-    for cohort in cohorts:
-        key = tuple(cohort.items())
-        if key not in checked:
-            checked[key] = _check_cohort(cohort, "cohort", ErrorCollector(), 0) is not None
-        if not checked[key]:
-            return None
     if task == "multiclass":
         if set(map(type, values)) != {list} or set(map(len, values)) != {n_classes}:
             return None
@@ -385,10 +379,42 @@ def _parse_predictions_fast(
         inputs = np.asarray(values, dtype=np.float64)
     except OverflowError:
         return None
-    if not np.isfinite(inputs).all() or inputs_problem(inputs, task) is not None:
+    batch = prediction_columns(ids, valid, cohorts, inputs, task, now)
+    if batch is None:
         return None
     tally = sum(map(len, items)) + 2 * len(ids) + 2 * sum(map(len, cohorts))
-    return PredictionBatch(ids=ids, ts=valid, cohorts=cohorts, inputs=inputs), tally
+    return batch, tally
+
+
+def prediction_columns(
+    ids: list[Any],
+    stamps: list[datetime],
+    cohorts: list[dict[str, Any]],
+    inputs: np.ndarray,
+    task: str,
+    now: datetime,
+) -> PredictionBatch | None:
+    """The fast path's checks of a batch given as columns (parsed ``stamps``; ``inputs`` as
+    float64, (N, K) or (N,)): the batch if every id, cohort and input passes, else None (the
+    item-by-item path then names each problem). Shared by JSON items and Arrow columns."""
+    if not ids or not _clean_ids(ids):
+        return None
+    if len(stamps) != len(ids) or len(cohorts) != len(ids) or len(inputs) != len(ids):
+        return None
+    if _in_range(stamps, now) is None:
+        return None
+    if not set(map(type, itertools.chain.from_iterable(c.values() for c in cohorts))) <= {str}:
+        return None
+    checked: dict[tuple[tuple[str, str], ...], bool] = {}
+    for cohort in cohorts:
+        key = tuple(cohort.items())
+        if key not in checked:
+            checked[key] = _check_cohort(cohort, "cohort", ErrorCollector(), 0) is not None
+        if not checked[key]:
+            return None
+    if not np.isfinite(inputs).all() or inputs_problem(inputs, task) is not None:
+        return None
+    return PredictionBatch(ids=ids, ts=stamps, cohorts=cohorts, inputs=inputs)
 
 
 def parse_predictions(
@@ -474,11 +500,29 @@ def _parse_labels_fast(
         raw_ts = [item["ts"] for item in items]
     except KeyError:
         return None
-    if not _clean_ids(ids):
+    stamps = _stamps_in_range(raw_ts, now)
+    batch = label_columns(ids, raw_labels, stamps, index_of, n_classes, now)
+    if batch is None:
+        return None
+    return batch, 5 * len(items) + list(map(type, raw_labels)).count(str)
+
+
+def label_columns(
+    ids: list[Any],
+    raw_labels: list[Any],
+    stamps: list[datetime] | None,
+    index_of: Mapping[str, int],
+    n_classes: int,
+    now: datetime,
+) -> LabelBatch | None:
+    """The fast path's checks of labels given as columns (``stamps`` parsed, None if any did not
+    parse): the batch, repeats set apart, if every id, label and time passes, else None (the
+    item-by-item path then names each problem). Shared by JSON items and Arrow columns."""
+    if not ids or not _clean_ids(ids) or stamps is None or len(stamps) != len(ids):
         return None
     sent = _sent_labels(raw_labels, index_of, n_classes)
-    valid = _stamps_in_range(raw_ts, now)
-    if sent is None or valid is None:
+    valid = _in_range(stamps, now)
+    if sent is None or valid is None or len(sent) != len(ids):
         return None
     first: set[str] = set()
     keep: list[int] = []
@@ -489,14 +533,13 @@ def _parse_labels_fast(
         else:
             first.add(ident)
             keep.append(i)
-    batch = LabelBatch(
+    return LabelBatch(
         ids=[ids[i] for i in keep],
         labels=[sent[i] for i in keep],
         ts=[valid[i] for i in keep],
         items=keep,
         repeats=repeats,
     )
-    return batch, 5 * len(items) + list(map(type, raw_labels)).count(str)
 
 
 def parse_labels(

@@ -181,6 +181,33 @@ def steps_of(start: datetime, end: datetime, step: timedelta) -> tuple[datetime,
     return first, last, resolution
 
 
+#: The steps a fitted history is drawn in, finest first, and the most steps it aims for.
+FIT_STEPS = tuple(timedelta(minutes=m) for m in (5, 10, 15, 30, 60))
+FIT_TARGET_STEPS = 50
+#: A fitted history covers at least this much (a model seen for a few minutes still gets a chart).
+FIT_SHORTEST = timedelta(hours=1)
+
+
+def fitted_range(
+    session: Session, model: str, slice_: str, end: datetime, longest: timedelta
+) -> tuple[datetime, timedelta]:
+    """The start and step of a history ending at ``end`` that spans the slice's data.
+
+    The start is the slice's first 5-minute bucket within the ``longest`` before ``end`` (at
+    least ``FIT_SHORTEST`` before ``end``); the step is the finest of ``FIT_STEPS`` that draws the
+    span in at most ``FIT_TARGET_STEPS`` steps, 1 hour for longer spans. A slice with data
+    before ``end - longest``, or none at all, gets ``(end - longest, 1 hour)``. One probe of the
+    bucket primary key.
+    """
+    earliest = end - longest
+    ever, first = bucket_store.first_buckets_from(session, model, slice_, [_EPOCH, earliest])
+    if ever is None or ever < earliest or first is None or first >= end:
+        return earliest, HOUR
+    span = max(end - first, FIT_SHORTEST)
+    step = next((s for s in FIT_STEPS if span / s <= FIT_TARGET_STEPS), HOUR)
+    return max(end - span, earliest), step
+
+
 def _invalid(field: str, message: str) -> ValidationFailed:
     return ValidationFailed("invalid history", [ErrorDetail(field, message)])
 

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 from sqlalchemy.orm import Session
 
 from service.common.errors import (
@@ -28,9 +29,11 @@ from service.config import Settings
 from service.contracts import store as contracts_store
 from service.contracts.model import Contract
 from service.stream import fold_store, prediction_store
+from service.stream.arrow_batches import labels_from_arrow, predictions_from_arrow
 from service.stream.batches import (
     MAX_BATCH_ITEMS,
     LabelBatch,
+    PredictionBatch,
     parse_envelope,
     parse_labels,
     parse_predictions,
@@ -185,6 +188,46 @@ def ingest_predictions(
     batch = parse_predictions(
         envelope.items, task=spec.task, n_classes=len(spec.classes), now=now, text=envelope.text
     )
+    return _store_predictions(session, envelope.model, contract, batch, settings, now)
+
+
+def ingest_arrow_predictions(
+    session: Session,
+    model: str | None,
+    contract_id: str | None,
+    table: pa.Table,
+    settings: Settings,
+    now: datetime,
+) -> PredictionsAccepted:
+    """``ingest_predictions`` for a batch sent as Arrow columns (``arrow_batches``): the model
+    and the optional contract id checked by the envelope's rules, the rows by the items'."""
+    envelope = parse_envelope(_envelope_of(model, contract_id, "predictions"), "predictions")
+    _model_or_404(session, envelope.model)
+    contract = _binding_contract(session, envelope.model, envelope.contract_id, now)
+    spec = contract.spec
+    batch = predictions_from_arrow(table, task=spec.task, n_classes=len(spec.classes), now=now)
+    return _store_predictions(session, envelope.model, contract, batch, settings, now)
+
+
+def _envelope_of(model: str | None, contract_id: str | None, items_key: str) -> dict[str, Any]:
+    """The JSON envelope an Arrow body's query parameters stand for (its items checked apart)."""
+    body: dict[str, Any] = {items_key: [None]}
+    if model is not None:
+        body["model"] = model
+    if contract_id is not None:
+        body["contract_id"] = contract_id
+    return body
+
+
+def _store_predictions(
+    session: Session,
+    model: str,
+    contract: Contract,
+    batch: PredictionBatch,
+    settings: Settings,
+    now: datetime,
+) -> PredictionsAccepted:
+    """Write a validated batch: new rows, bucket statistics, waiting labels joined; one commit."""
     _check_retention_horizon(session, batch.ts)
     stored = row_bytes(batch.inputs)
     cohort_of, distinct = distinct_cohorts(batch.cohorts)
@@ -192,7 +235,7 @@ def ingest_predictions(
     keep, repeats = dedupe_batch(batch, list(zip(batch.ts, cohort_of, stored, strict=True)))
 
     used = sorted({cohort_of[i] for i in keep})
-    capped = admit_cohorts(session, envelope.model, [distinct[k] for k in used], settings)
+    capped = admit_cohorts(session, model, [distinct[k] for k in used], settings)
     slices = {k: slices_of(c) for k, c in zip(used, capped, strict=True)}
     slices_json = {k: json.dumps(v, separators=(",", ":")) for k, v in slices.items()}
     rows = [
@@ -208,7 +251,7 @@ def ingest_predictions(
         for i in sorted(keep, key=batch.ids.__getitem__)
     ]
     inserted, conflicts = prediction_store.insert_predictions(
-        session, envelope.model, contract.id, rows, now
+        session, model, contract.id, rows, now
     )
     if conflicts:
         raise Conflict(
@@ -225,9 +268,9 @@ def ingest_predictions(
         )
     waiting, discarded = _judge_waiting(
         session,
-        envelope.model,
-        prediction_store.join_waiting_labels(session, envelope.model, inserted),
-        spec.classes,
+        model,
+        prediction_store.join_waiting_labels(session, model, inserted),
+        contract.spec.classes,
     )
     picked = [i for i in keep if batch.ids[i] in inserted]
     if picked:
@@ -243,10 +286,10 @@ def ingest_predictions(
             labels=labels,
             new=True,
         )
-        apply_deltas(session, envelope.model, deltas)
+        apply_deltas(session, model, deltas)
     session.commit()
     return PredictionsAccepted(
-        model=envelope.model,
+        model=model,
         accepted=len(inserted),
         duplicates=repeats + len(keep) - len(inserted),
         contract_id=contract.id,
@@ -294,27 +337,52 @@ def ingest_labels(
     batch = parse_labels(
         envelope.items, index_of=index_of, n_classes=n_classes, now=now, text=envelope.text
     )
-    result = LabelsApplied(model=envelope.model)
+    return _store_labels(session, envelope.model, versions, batch, settings, now)
+
+
+def ingest_arrow_labels(
+    session: Session, model: str | None, table: pa.Table, settings: Settings, now: datetime
+) -> LabelsApplied:
+    """``ingest_labels`` for a batch sent as Arrow columns (``arrow_batches``)."""
+    envelope = parse_envelope(_envelope_of(model, None, "labels"), "labels")
+    _model_or_404(session, envelope.model)
+    versions = {v.id: v for v in contracts_store.model_classes(session, envelope.model)}
+    index_of, n_classes = known_labels([v.classes for v in versions.values()])
+    batch = labels_from_arrow(table, index_of=index_of, n_classes=n_classes, now=now)
+    return _store_labels(session, envelope.model, versions, batch, settings, now)
+
+
+def _store_labels(
+    session: Session,
+    model: str,
+    versions: dict[str, contracts_store.VersionClasses],
+    batch: LabelBatch,
+    settings: Settings,
+    now: datetime,
+) -> LabelsApplied:
+    """Join validated labels, each judged by its prediction's contract, keep early ones
+    waiting, compare repeats; one commit."""
+    result = LabelsApplied(model=model)
     # In key order, the primary-key probes and inserts walk the indexes in order.
     staged = sorted(
         (ident, label.index, label.name, ts)
         for ident, label, ts in zip(batch.ids, batch.labels, batch.ts, strict=True)
     )
-    joined, waiting, stored = prediction_store.record_labels(session, envelope.model, staged, now)
+    joined, waiting, stored = prediction_store.record_labels(session, model, staged, now)
     if not versions.keys() >= set(joined.contract_ids):
         # A version registered since, with predictions bound to it already: read them again.
-        versions = {v.id: v for v in contracts_store.model_classes(session, envelope.model)}
+        versions = {v.id: v for v in contracts_store.model_classes(session, model)}
     item_of = dict(zip(batch.ids, batch.items, strict=True))
-    _judge_joined(session, envelope.model, joined, versions, item_of)
-    result.rejected_pending = _cap_waiting(session, envelope.model, waiting, settings)
+    _judge_joined(session, model, joined, versions, item_of)
+    result.rejected_pending = _cap_waiting(session, model, waiting, settings)
     result.pending = len(waiting) - len(result.rejected_pending)
     _compare_repeats(session, result, batch, joined, stored, versions)
     result.joined = len(joined.ids)
     result.delays_seconds = (joined.label_seconds - joined.seconds).astype(float).tolist()
-    _count_joined(session, envelope.model, joined, now)
+    _count_joined(session, model, joined, now)
     session.commit()
     if result.rejected_pending:
-        PENDING_LABELS_REJECTED.labels(envelope.model).inc(len(result.rejected_pending))
+        PENDING_LABELS_REJECTED.labels(model).inc(len(result.rejected_pending))
     return result
 
 

@@ -37,9 +37,17 @@ from service.stream.windows import Window, parse_duration
 from service.web.history_svg import render_history
 from service.web.svg import SMALL, render
 
-#: The model page's history ranges and the step each is drawn in.
-HISTORY_RANGES = {"24h": timedelta(hours=1), "7d": timedelta(hours=1), "30d": timedelta(hours=6)}
-DEFAULT_RANGE = "7d"
+#: The model page's history ranges and the step each is drawn in; ``fit`` spans the slice's data
+#: (at most ``FIT_LONGEST``) in a step chosen for it (``history.fitted_range``).
+FIT_RANGE = "fit"
+FIT_LONGEST = timedelta(days=7)
+HISTORY_RANGES: dict[str, timedelta | None] = {
+    FIT_RANGE: None,
+    "24h": timedelta(hours=1),
+    "7d": timedelta(hours=1),
+    "30d": timedelta(hours=6),
+}
+DEFAULT_RANGE = FIT_RANGE
 #: At most this many class-wise diagrams (the classes with the largest class-wise ECE); the
 #: table beside them lists every class.
 MAX_CLASS_DIAGRAMS = 12
@@ -58,6 +66,19 @@ def chosen_range(name: str | None) -> str:
             "invalid range", [ErrorDetail("range", f"one of {', '.join(HISTORY_RANGES)}")]
         )
     return chosen
+
+
+def span_text(span: timedelta) -> str:
+    """A history's length as its title says it: whole days from 2 days on, else hours and
+    minutes (``7d``, ``12h``, ``1h 30min``)."""
+    minutes = int(span.total_seconds() // 60)
+    if minutes >= 2 * 24 * 60 and minutes % (24 * 60) == 0:
+        return f"{minutes // (24 * 60)}d"
+    hours, minutes = divmod(minutes, 60)
+    return (
+        " ".join(t for t in (f"{hours}h" if hours else "", f"{minutes}min" if minutes else "") if t)
+        or "0min"
+    )
 
 
 def calibrator_text(contract: Contract) -> str:
@@ -159,6 +180,7 @@ class ModelPage:
     baseline_svg: str
     history_range: str
     history_ranges: list[str]
+    history_span: str
     history_svg: str
     history_query: str
     classwise: ClasswiseSection | None
@@ -188,9 +210,12 @@ def model_page(
     reading = measured.to_dict()
     subtitle = f"{measured.cohort}, {window_name}, n = {measured.n_labeled:,} labeled"
     step = HISTORY_RANGES[range_name]
-    found = histories.model_history(
-        session, model, slice_, now - parse_duration(range_name), now, step, now
-    )
+    if step is None:
+        start, step = histories.fitted_range(session, model, slice_, now, FIT_LONGEST)
+    else:
+        start = now - parse_duration(range_name)
+    found = histories.model_history(session, model, slice_, start, now, step, now)
+    span = span_text(now - start)
     minutes = int(step.total_seconds() // 60)
     return ModelPage(
         model=model,
@@ -212,7 +237,8 @@ def model_page(
         ),
         history_range=range_name,
         history_ranges=list(HISTORY_RANGES),
-        history_svg=render_history(found, title=f"ECE over the last {range_name}"),
+        history_span=span,
+        history_svg=render_history(found, title=f"ECE over the last {span}"),
         history_query=urlencode(
             {
                 "cohort": _cohort_query(slice_),

@@ -24,6 +24,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "config": frozenset(),
     "logging": frozenset(),
     "remote": frozenset(),
+    "client": frozenset(),
     "db": frozenset({"calibration"}),
     "audit": KERNEL | {"db"},
     "auth": KERNEL | {"db", "audit"},
@@ -31,13 +32,13 @@ ALLOWED: dict[str, frozenset[str]] = {
     "gate": KERNEL | {"calibration", "db", "audit", "contracts"},
     "stream": KERNEL | {"calibration", "db", "audit", "contracts"},
     "export": KERNEL | {"calibration", "db", "audit", "contracts", "stream"},
-    "demo": KERNEL | {"remote"},
+    "demo": KERNEL | {"remote", "client"},
     "web": KERNEL | {"calibration", "db", "audit", "auth", "contracts", "gate", "stream", "export"},
     "__init__": frozenset({"config", "web"}),
     "server": frozenset({"__init__", "config"}),
     "cli": KERNEL
     | {"calibration", "db", "audit", "auth", "contracts", "gate", "stream", "export"}
-    | {"demo", "remote", "server"},
+    | {"demo", "remote", "client", "server"},
 }
 #: Third-party libraries of the edge: only these units may import them.
 EDGE_LIBRARIES = {

@@ -26,6 +26,7 @@ from service.stream import history as histories
 from service.stream import readings as monitoring
 from service.stream.cohorts import ALL, KEY_PATTERN, parse_slice_query
 from service.stream.windows import Window, WindowError, parse_duration
+from service.web.arrow_body import arrow_batch_body, is_arrow
 from service.web.auth import requires
 from service.web.bodies import json_batch_body
 from service.web.db_session import db_session
@@ -41,9 +42,15 @@ def _settings() -> Settings:
 @bp.post("/predictions")
 @requires(Permission.INGEST)
 def predictions() -> Response:
-    """Store a batch of predictions (idempotent per id)."""
-    body, text = json_batch_body()
-    result = ingestion.ingest_predictions(db_session(), body, _settings(), utcnow(), text)
+    """Store a batch of predictions (idempotent per id), as JSON or as an Arrow IPC stream."""
+    if is_arrow():
+        table, params = arrow_batch_body(("model", "contract_id"))
+        result = ingestion.ingest_arrow_predictions(
+            db_session(), params["model"], params["contract_id"], table, _settings(), utcnow()
+        )
+    else:
+        body, text = json_batch_body()
+        result = ingestion.ingest_predictions(db_session(), body, _settings(), utcnow(), text)
     PREDICTIONS_INGESTED.labels(result.model).inc(result.accepted)
     return jsonify(result.to_dict())
 
@@ -51,9 +58,15 @@ def predictions() -> Response:
 @bp.post("/labels")
 @requires(Permission.INGEST)
 def labels() -> Response:
-    """Join a batch of labels to their predictions."""
-    body, text = json_batch_body()
-    result = ingestion.ingest_labels(db_session(), body, _settings(), utcnow(), text)
+    """Join a batch of labels to their predictions (JSON, or an Arrow IPC stream)."""
+    if is_arrow():
+        table, params = arrow_batch_body(("model",))
+        result = ingestion.ingest_arrow_labels(
+            db_session(), params["model"], table, _settings(), utcnow()
+        )
+    else:
+        body, text = json_batch_body()
+        result = ingestion.ingest_labels(db_session(), body, _settings(), utcnow(), text)
     for outcome, count in (
         ("joined", result.joined),
         ("pending", result.pending),

@@ -384,9 +384,16 @@ def contract_svg(contract_id: str) -> Response:
 @bp.get("/v1/models/<model>/history.svg")
 @requires(Permission.READ, allow_cookie=True)
 def history_svg(model: str) -> Response:
-    """The ECE-over-time chart of a cohort slice (the history's parameters but ``format``)."""
+    """The ECE-over-time chart of a cohort slice (the history's parameters but ``format``;
+    without ``start`` the chart spans the slice's data, at most 7 days, in a step fitted to it
+    unless ``step`` is given)."""
     check_known(("cohort", "start", "end", "step"))
     now = utcnow()
     slice_, start, end, step = history_range(now)
+    if "start" not in request.args:
+        start, fitted_step = histories.fitted_range(
+            db_session(), model, slice_, end, pages.FIT_LONGEST
+        )
+        step = step if "step" in request.args else fitted_step
     found = histories.model_history(db_session(), model, slice_, start, end, step, now)
     return _svg(render_history(found, title=f"{model}: ECE over time"))

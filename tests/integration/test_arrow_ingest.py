@@ -1,0 +1,257 @@
+"""Prediction and label batches as Apache Arrow IPC streams: stored exactly as the same batch in
+JSON, and every malformed stream refused with a 4xx naming the column, nothing stored (both
+backends)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from flask.testing import FlaskClient
+
+from tests.integration.conftest import Auth, assert_envelope
+from tests.integration.test_stream import (
+    _multiclass_contract,
+    ok,
+    reading,
+    register_binary,
+    seed_rows,
+)
+
+ARROW = "application/vnd.apache.arrow.stream"
+K = 3
+
+
+def encode(table: pa.Table | pa.RecordBatch, compression: str | None = None) -> bytes:
+    sink = pa.BufferOutputStream()
+    options = pa.ipc.IpcWriteOptions(compression=compression)
+    with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
+        writer.write(table)
+    return sink.getvalue().to_pybytes()
+
+
+def send(
+    client: FlaskClient, auth: Auth, path: str, body: bytes, query: str = "model=glyphs"
+) -> Any:
+    return client.post(
+        f"{path}?{query}",
+        data=body,
+        headers={**auth.headers("ingest"), "Content-Type": ARROW},
+    )
+
+
+def _times(n: int) -> list[datetime]:
+    now = datetime.now(UTC).replace(microsecond=0)
+    return [now - timedelta(minutes=5 + i) for i in range(n)]
+
+
+def prediction_table(n: int = 40, seed: int = 1) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    logits = np.round(rng.normal(size=(n, K)) * 2, 6)
+    return pa.table(
+        {
+            "id": [f"a{i}" for i in range(n)],
+            "ts": pa.array(_times(n), pa.timestamp("us", "UTC")),
+            "logits": pa.FixedSizeListArray.from_arrays(pa.array(logits.ravel()), K),
+            "region": pa.array(["emea" if i % 2 else "apac" for i in range(n)]).dictionary_encode(),
+        }
+    )
+
+
+def _as_json(table: pa.Table) -> dict[str, Any]:
+    rows = table.to_pylist()
+    return {
+        "model": "glyphs",
+        "predictions": [
+            {
+                "id": r["id"],
+                "ts": r["ts"].isoformat().replace("+00:00", "Z"),
+                "cohort": {"region": r["region"]},
+                "logits": r["logits"],
+            }
+            for r in rows
+        ],
+    }
+
+
+def _stored(client: FlaskClient, auth: Auth) -> int:
+    slices = ok(client.get("/v1/models/glyphs/cohorts", headers=auth.headers()))["slices"]
+    return sum(s["n_predictions"] for s in slices if s["cohort"] == "all")
+
+
+def test_an_arrow_batch_is_stored_as_the_same_json_batch(client: FlaskClient, auth: Auth) -> None:
+    _multiclass_contract(client, auth)
+    table = prediction_table()
+    first = ok(send(client, auth, "/v1/predictions", encode(table)))
+    assert first["accepted"] == 40 and first["duplicates"] == 0
+    again = ok(send(client, auth, "/v1/predictions", encode(table)))
+    assert again == {**first, "accepted": 0, "duplicates": 40}
+    # The same rows as JSON are duplicates: identical ids, times, cohorts and stored bytes.
+    as_json = ok(
+        client.post("/v1/predictions", json=_as_json(table), headers=auth.headers("ingest"))
+    )
+    assert as_json["accepted"] == 0 and as_json["duplicates"] == 40
+    slices = ok(client.get("/v1/models/glyphs/cohorts", headers=auth.headers()))["slices"]
+    assert {s["cohort"]: s["n_predictions"] for s in slices} == {
+        "all": 40,
+        "region=apac": 20,
+        "region=emea": 20,
+    }
+
+    labels = pa.table(
+        {
+            "id": [f"a{i}" for i in range(30)] + ["later"],
+            "label": pa.array([i % K for i in range(30)] + [1], pa.int32()),
+            "ts": pa.array(_times(31), pa.timestamp("ms", "UTC")),
+        }
+    )
+    applied = ok(send(client, auth, "/v1/labels", encode(labels)))
+    assert applied["joined"] == 30 and applied["pending"] == 1
+    assert reading(client, auth, "glyphs")["n_labeled"] == 30
+    names = pa.table(
+        {
+            "id": ["a0", "a1"],
+            "label": pa.array(["a", "c"]).dictionary_encode(),
+            "ts": [t.isoformat() for t in _times(2)],
+        }
+    )
+    repeated = ok(send(client, auth, "/v1/labels", encode(names)))
+    assert repeated["duplicates"] == 1 and len(repeated["conflicts"]) == 1
+
+
+def test_a_binary_contract_takes_a_score_column(client: FlaskClient, auth: Auth) -> None:
+    register_binary(
+        client, auth, "fraud", {"method": "identity"}, seed_rows("validation"), seed_rows("test")
+    )
+    table = pa.table(
+        {
+            "id": ["s1", "s2", "s3"],
+            "ts": pa.array(_times(3), pa.timestamp("s", "Europe/Istanbul")),
+            "score": pa.array([0.1, 0.5, 0.9], pa.float32()),
+        }
+    )
+    assert ok(send(client, auth, "/v1/predictions", encode(table), "model=fraud"))["accepted"] == 3
+    bad = table.set_column(2, "score", pa.array([0.1, 1.5, 0.9]))
+    error = assert_envelope(send(client, auth, "/v1/predictions", encode(bad), "model=fraud"), 422)
+    assert [d["field"] for d in error["details"]] == ["predictions[1].score"]
+
+
+def _replace(name: str, column: pa.Array) -> Callable[[pa.Table], bytes]:
+    def build(table: pa.Table) -> bytes:
+        return encode(table.set_column(table.column_names.index(name), name, column))
+
+    return build
+
+
+def _drop(name: str) -> Callable[[pa.Table], bytes]:
+    return lambda table: encode(table.drop_columns([name]))
+
+
+def _ragged(table: pa.Table) -> bytes:
+    rows = [list(r) for r in table.column("logits").to_pylist()]
+    rows[1] = rows[1][:2]
+    return _replace("logits", pa.array(rows, pa.list_(pa.float64())))(table)
+
+
+def _huge_dictionary(table: pa.Table) -> bytes:
+    dictionary = pa.array([f"r{i}" for i in range(5_000)])
+    indices = pa.array([i % 2 for i in range(table.num_rows)], pa.int32())
+    return _replace("region", pa.DictionaryArray.from_arrays(indices, dictionary))(table)
+
+
+def _nan_logits(table: pa.Table) -> bytes:
+    values = np.zeros(table.num_rows * K)
+    values[7] = np.nan
+    return _replace("logits", pa.FixedSizeListArray.from_arrays(pa.array(values), K))(table)
+
+
+def _text_ts(value: str) -> Callable[[pa.Table], bytes]:
+    return lambda table: _replace("ts", pa.array([value] * table.num_rows))(table)
+
+
+MALFORMED: dict[str, tuple[Callable[[pa.Table], bytes], int, list[str]]] = {
+    "id of integers": (_replace("id", pa.array(range(40))), 422, ["id"]),
+    "missing ts": (_drop("ts"), 422, ["ts"]),
+    "missing logits": (_drop("logits"), 422, ["logits"]),
+    "times without a zone": (_replace("ts", pa.array(_times(40), pa.timestamp("us"))), 422, ["ts"]),
+    "times of another type": (_replace("ts", pa.array([1.5] * 40)), 422, ["ts"]),
+    "logits of strings": (
+        _replace("logits", pa.array([["1", "2", "3"]] * 40, pa.list_(pa.string()))),
+        422,
+        ["logits"],
+    ),
+    "logits of the wrong width": (
+        _replace("logits", pa.FixedSizeListArray.from_arrays(pa.array(np.zeros(80)), 2)),
+        422,
+        ["logits"],
+    ),
+    "ragged logits": (_ragged, 422, ["predictions[1].logits"]),
+    "a NaN logit": (_nan_logits, 422, ["predictions[2].logits"]),
+    "a cohort of integers": (_replace("region", pa.array(range(40))), 422, ["region"]),
+    "a huge dictionary": (_huge_dictionary, 422, ["region"]),
+    "a time before 2000": (_text_ts("1999-01-01T00:00:00Z"), 422, ["predictions[0].ts"]),
+    "an empty id": (
+        _replace("id", pa.array([""] + [f"x{i}" for i in range(39)])),
+        422,
+        ["predictions[0].id"],
+    ),
+    "a null id": (
+        _replace("id", pa.array([None] + [f"x{i}" for i in range(39)], pa.string())),
+        422,
+        ["predictions[0].id"],
+    ),
+    "truncated in a batch": (lambda t: encode(t)[:-100], 400, ["(body)"]),
+    "truncated at a batch end": (lambda t: encode(t)[:-8], 400, ["(body)"]),
+    "not Arrow at all": (lambda t: b'{"model": "glyphs"}', 400, ["(body)"]),
+    "no rows": (lambda t: encode(t.slice(0, 0)), 422, ["(body)"]),
+    "compressed buffers": (lambda t: encode(t, "zstd"), 422, ["(body)"]),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_malformed_arrow_is_refused_naming_the_column(
+    client: FlaskClient, auth: Auth, case: str
+) -> None:
+    _multiclass_contract(client, auth)
+    build, status, fields = MALFORMED[case]
+    error = assert_envelope(
+        send(client, auth, "/v1/predictions", build(prediction_table())), status
+    )
+    assert [d["field"] for d in error["details"]][: len(fields)] == fields, error
+    assert _stored(client, auth) == 0
+
+
+def test_the_envelope_comes_from_the_query(client: FlaskClient, auth: Auth) -> None:
+    _multiclass_contract(client, auth)
+    body = encode(prediction_table())
+    for query, field in (("", "model"), ("model=glyphs&colour=red", "colour")):
+        error = assert_envelope(send(client, auth, "/v1/predictions", body, query), 422)
+        assert [d["field"] for d in error["details"]] == [field]
+    assert send(client, auth, "/v1/predictions", body, "model=nobody").status_code == 404
+    assert _stored(client, auth) == 0
+
+
+@pytest.mark.parametrize(
+    ("columns", "field"),
+    [
+        ({"label": pa.array([0.5, 1.0])}, "label"),
+        ({"note": pa.array(["x", "y"])}, "note"),
+        ({"label": pa.array([0, 9])}, "labels[1].label"),
+    ],
+)
+def test_malformed_label_columns_are_refused(
+    client: FlaskClient, auth: Auth, columns: dict[str, pa.Array], field: str
+) -> None:
+    _multiclass_contract(client, auth)
+    base = {
+        "id": pa.array(["a0", "a1"]),
+        "label": pa.array([0, 1]),
+        "ts": pa.array(_times(2), pa.timestamp("us", "UTC")),
+    }
+    error = assert_envelope(send(client, auth, "/v1/labels", encode(pa.table(base | columns))), 422)
+    assert [d["field"] for d in error["details"]] == [field]
+    assert reading(client, auth, "glyphs")["n_labeled"] == 0
