@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import numpy as np
+
 REFERENCE_FIT_LOGITS = [
     [3, 1, 0],
     [2.5, 1, 0],
@@ -74,4 +76,24 @@ def registration_body(fitted: dict[str, Any], model: str | None = None) -> dict[
     body = {k: copy.deepcopy(v) for k, v in fitted.items() if k not in server_fields}
     if model is not None:
         body["model"] = model
+    return body
+
+
+def binary_fit_body(model: str) -> dict[str, Any]:
+    """A Platt fit request of a binary contract: 40 fit and 40 eval rows of calibrated scores."""
+    rng = np.random.default_rng(3)
+    scores = rng.uniform(0.05, 0.95, size=80)
+    labels = (rng.uniform(size=80) < scores).astype(int).tolist()
+    body = contract_fields(
+        model,
+        task="binary",
+        classes=["stay", "churn"],
+        bin_edges=[0, 0.25, 0.5, 0.75, 1],
+        policy={"max_ece": 0.1, "max_ece_increase": 0.05, "min_labeled": 5, "c_fp": 1, "c_fn": 3},
+    )
+    body.update(
+        method="platt",
+        fit={"scores": scores[:40].tolist(), "labels": labels[:40]},
+        eval={"scores": scores[40:].tolist(), "labels": labels[40:]},
+    )
     return body

@@ -28,7 +28,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
-import numpy as np
 import pytest
 from flask.testing import FlaskClient
 
@@ -38,7 +37,7 @@ from tests.integration.conftest import Auth
 from tests.integration.factories import (
     REFERENCE_EVAL_LABELS,
     REFERENCE_EVAL_LOGITS,
-    contract_fields,
+    binary_fit_body,
     fit_body,
     registration_body,
 )
@@ -178,25 +177,6 @@ def _locate(body: Any, path: str) -> tuple[Any, Any]:
 
 def iso(ts: datetime) -> str:
     return ts.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
-def binary_fit_body(model: str) -> dict[str, Any]:
-    rng = np.random.default_rng(3)
-    scores = rng.uniform(0.05, 0.95, size=80)
-    labels = (rng.uniform(size=80) < scores).astype(int).tolist()
-    body = contract_fields(
-        model,
-        task="binary",
-        classes=["stay", "churn"],
-        bin_edges=[0, 0.25, 0.5, 0.75, 1],
-        policy={"max_ece": 0.1, "max_ece_increase": 0.05, "min_labeled": 5, "c_fp": 1, "c_fn": 3},
-    )
-    body.update(
-        method="platt",
-        fit={"scores": scores[:40].tolist(), "labels": labels[:40]},
-        eval={"scores": scores[40:].tolist(), "labels": labels[40:]},
-    )
-    return body
 
 
 @dataclass

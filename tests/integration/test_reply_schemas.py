@@ -20,7 +20,7 @@ from flask.testing import FlaskClient
 
 from service.web.openapi import document
 from tests.integration.conftest import Auth
-from tests.integration.factories import contract_fields, fit_body, registration_body
+from tests.integration.factories import binary_fit_body, fit_body, registration_body
 
 JSON = "application/json"
 
@@ -75,24 +75,6 @@ def stamp(t: datetime) -> str:
     return t.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def binary_fit(model: str) -> dict[str, Any]:
-    rng = np.random.default_rng(5)
-    scores = rng.uniform(0.05, 0.95, size=200)
-    labels = (rng.uniform(size=200) < scores).astype(int).tolist()
-    body = contract_fields(
-        model,
-        task="binary",
-        classes=["stay", "churn"],
-        policy={"max_ece": 0.1, "max_ece_increase": 0.05, "min_labeled": 5, "c_fp": 1, "c_fn": 3},
-    )
-    body.update(
-        method="platt",
-        fit={"scores": scores[:100].tolist(), "labels": labels[:100]},
-        eval={"scores": scores[100:].tolist(), "labels": labels[100:]},
-    )
-    return body
-
-
 def stream(client: FlaskClient, auth: Auth, replies: Replies, model: str, binary: bool) -> None:
     """Forty labeled predictions in two regions over the last hour, and one waiting label."""
     rng = np.random.default_rng(7)
@@ -132,7 +114,7 @@ def test_every_reply_carries_only_documented_keys(client: FlaskClient, auth: Aut
     binary = replies.check(
         "post",
         "/v1/contracts/fit",
-        client.post("/v1/contracts/fit", json=binary_fit("churn"), headers=admin),
+        client.post("/v1/contracts/fit", json=binary_fit_body("churn"), headers=admin),
     )
     registered = replies.check(
         "post",
