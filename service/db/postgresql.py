@@ -21,7 +21,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
-from service.db.backend import AnySelect, Columns, RecordedLabels, Rows
+from service.db.dialect import AnySelect, Columns, RecordedLabels, Rows
 
 
 def _epoch(column: str) -> str:

@@ -19,7 +19,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 from sqlalchemy.types import TypeEngine
 
-from service.db.backend import AnySelect, Columns, RecordedLabels, Rows
+from service.db.dialect import AnySelect, Columns, RecordedLabels, Rows
 from service.db.types import UTCDateTime
 
 _NOW = bindparam("now", type_=UTCDateTime())
