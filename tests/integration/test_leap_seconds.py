@@ -30,7 +30,8 @@ def test_a_leap_second_is_a_timestamp_in_bodies_and_queries(
     assert (
         ok(post(client, auth, "/v1/labels", {"model": "glyphs", "labels": labels}))["joined"] == 1
     )
-    window = "start=2016-12-31T23:55:00Z&end=2016-12-31T23:59:60Z"
+    # The labels are years late and alone in their buckets: consistent=true folds them first.
+    window = "start=2016-12-31T23:55:00Z&end=2016-12-31T23:59:60Z&consistent=true"
     got = ok(client.get(f"/v1/models/glyphs/calibration?{window}", headers=auth.headers()))
     assert got["window"]["end"].startswith("2017-01-01T00:00:00")
     assert (got["n_predictions"], got["n_labeled"]) == (3, 1)
@@ -47,6 +48,6 @@ def test_a_label_counts_in_its_prediction_s_bucket_at_the_last_microsecond(
     ok(post(client, auth, "/v1/predictions", {"model": "glyphs", "predictions": items}))
     labels = [{"id": "p", "label": 0, "ts": "2017-01-01T00:00:01Z"}]
     ok(post(client, auth, "/v1/labels", {"model": "glyphs", "labels": labels}))
-    window = "start=2016-12-31T23:55:00Z&end=2017-01-01T00:00:00Z"
+    window = "start=2016-12-31T23:55:00Z&end=2017-01-01T00:00:00Z&consistent=true"
     got = ok(client.get(f"/v1/models/glyphs/calibration?{window}", headers=auth.headers()))
     assert (got["n_predictions"], got["n_labeled"]) == (1, 1)
