@@ -16,6 +16,7 @@ from service.audit.chain import RetirementRow
 from service.audit.records import StoredDecision
 from service.common.hashing import sha256_of
 from service.db.models import ContractRetirement, GateDecisionRecord, table_of
+from service.db.paging import rows_by_seq
 
 
 def _digest(document: Any) -> str | None:
@@ -56,17 +57,8 @@ def _stored_decision(row: RowMapping) -> StoredDecision:
 
 def stored_decisions(session: Session, page: int = 200) -> Iterator[StoredDecision]:
     """Every stored gate decision in the order stored, read ``page`` rows at a time."""
-    table = table_of(GateDecisionRecord)
-    after = 0
-    while True:
-        rows = session.execute(
-            select(table).where(table.c.seq > after).order_by(table.c.seq).limit(page)
-        ).all()
-        if not rows:
-            return
-        for row in rows:
-            yield _stored_decision(row._mapping)
-        after = rows[-1].seq
+    for row in rows_by_seq(session, table_of(GateDecisionRecord), page):
+        yield _stored_decision(row)
 
 
 def list_retirements(session: Session) -> list[RetirementRow]:

@@ -24,6 +24,7 @@ from service.contracts.model import (
 )
 from service.db.backend import backend_of
 from service.db.models import ContractRecord, ContractRetirement, ModelRecord, table_of
+from service.db.paging import rows_by_seq
 from service.db.types import UnparsableJson
 
 
@@ -291,17 +292,8 @@ def _stored(row: RowMapping) -> StoredContract:
 def stored_contracts(session: Session, page: int = 100) -> Iterator[StoredContract]:
     """Every stored contract with its recomputed hash, in the order stored, ``page`` rows at a
     time (read as plain column tuples, so the session does not keep them)."""
-    table = table_of(ContractRecord)
-    after = 0
-    while True:
-        rows = session.execute(
-            select(table).where(table.c.seq > after).order_by(table.c.seq).limit(page)
-        ).all()
-        if not rows:
-            return
-        for row in rows:
-            yield _stored(row._mapping)
-        after = rows[-1].seq
+    for row in rows_by_seq(session, table_of(ContractRecord), page):
+        yield _stored(row)
 
 
 def unreadable_among(session: Session, contract_ids: Sequence[str]) -> dict[str, str]:
