@@ -1,8 +1,9 @@
 """Batch bodies sent as an Apache Arrow IPC stream (``application/vnd.apache.arrow.stream``).
 
 The model, and for predictions the optional contract id, come as query parameters (``model``,
-``contract_id``); the rows as the stream's columns (``service.stream.arrow_batches``). A body that
-is not a complete, valid stream is a 400; the size limit (413) is Flask's, as for JSON.
+``contract_id``, declared beside the routes); the rows as the stream's columns
+(``service.stream.arrow_batches``). A body that is not a complete, valid stream is a 400; the
+size limit (413) is Flask's, as for JSON.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from flask import request
 from service.stream.arrow_batches import ARROW_STREAM, UnreadableArrow, read_stream
 from service.stream.batches import MAX_BATCH_ITEMS
 from service.web.http_errors import ApiError
-from service.web.queries import check_known
 
 
 def is_arrow() -> bool:
@@ -21,11 +21,8 @@ def is_arrow() -> bool:
     return request.mimetype == ARROW_STREAM
 
 
-def arrow_batch_body(params: tuple[str, ...]) -> tuple[pa.Table, dict[str, str | None]]:
-    """The body's table and the query parameters ``params`` (None when absent); 400 for an
-    unreadable stream, 422 for an unknown query parameter or a refused table shape."""
-    check_known(params)
-    values = {p: request.args.get(p) for p in params}
+def arrow_batch_body() -> pa.Table:
+    """The body's table; 400 for an unreadable stream, 422 for a refused table shape."""
     try:
         table = read_stream(request.get_data(cache=False), MAX_BATCH_ITEMS)
     except UnreadableArrow as exc:
@@ -34,4 +31,4 @@ def arrow_batch_body(params: tuple[str, ...]) -> tuple[pa.Table, dict[str, str |
             str(exc),
             details=[{"field": "(body)", "message": str(exc)}],
         ) from None
-    return table, values
+    return table

@@ -11,13 +11,29 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import Collection
 from datetime import UTC, datetime
+from typing import Annotated, Any, Self
 
 from flask import request
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    PlainValidator,
+    ValidationError,
+    ValidationInfo,
+    WithJsonSchema,
+)
+from pydantic_core import PydanticCustomError
 
 from service.common.errors import ErrorCollector, ErrorDetail, NotFound, ValidationFailed
-from service.common.values import TIMESTAMP_HINT, parse_timestamp, text_problem, timestamp_problem
+from service.common.fields import TIMESTAMP_SCHEMA, Text
+from service.common.values import (
+    NAME_PATTERN,
+    TIMESTAMP_HINT,
+    parse_timestamp,
+    text_problem,
+    timestamp_problem,
+)
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
@@ -50,54 +66,139 @@ def check_text_arguments() -> None:
     errors.raise_if_any("invalid query parameters")
 
 
-def check_known(allowed: Collection[str]) -> None:
-    """Reject parameters the endpoint does not know (typos would otherwise be silent)."""
-    errors = ErrorCollector()
-    for name in request.args:
-        if name not in allowed:
-            errors.add(name, f"unknown query parameter; this endpoint takes {', '.join(allowed)}")
-    errors.raise_if_any("unknown query parameters")
+def _problem(message: str) -> PydanticCustomError:
+    return PydanticCustomError("query", "{problem}", {"problem": message})
 
 
-def timestamp_arg(name: str, now: datetime | None = None) -> datetime | None:
-    """The RFC 3339 timestamp ``name``, if given, within the accepted range around ``now``."""
-    raw = request.args.get(name)
-    if raw is None:
-        return None
-    parsed = parse_timestamp(raw)
-    problem = (
-        TIMESTAMP_HINT if parsed is None else timestamp_problem(parsed, now or datetime.now(UTC))
-    )
+def _timestamp(raw: Any, info: ValidationInfo) -> datetime:
+    parsed = parse_timestamp(raw) if isinstance(raw, str) else None
+    now = (info.context or {}).get("now") or datetime.now(UTC)
+    problem = TIMESTAMP_HINT if parsed is None else timestamp_problem(parsed, now)
     if problem is not None:
-        raise ValidationFailed(f"invalid {name}", [ErrorDetail(name, problem)])
+        raise _problem(problem)
+    assert parsed is not None
     return parsed
 
 
-def limit_arg(default: int = DEFAULT_LIMIT, maximum: int = MAX_LIMIT) -> int:
-    raw = request.args.get("limit")
-    if raw is None:
-        return default
-    if not _DIGITS.fullmatch(raw) or not 1 <= int(raw) <= maximum:
-        raise ValidationFailed("invalid limit", [ErrorDetail("limit", f"expected 1..{maximum}")])
-    return int(raw)
-
-
-def encode_cursor(seq: int) -> str:
-    return base64.urlsafe_b64encode(f"seq:{seq}".encode()).decode().rstrip("=")
-
-
-def cursor_arg() -> int | None:
-    """Decode the opaque ``cursor`` of a previous page."""
-    raw = request.args.get("cursor")
-    if raw is None:
-        return None
+def _cursor(raw: Any) -> int:
     try:
         text = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode()
         prefix, _, number = text.partition(":")
         if prefix != "seq" or not _DIGITS.fullmatch(number) or int(number) > MAX_SEQ:
             raise ValueError(text)
         return int(number)
-    except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise ValidationFailed(
-            "invalid cursor", [ErrorDetail("cursor", "not a cursor this endpoint returned")]
-        ) from None
+    except (TypeError, ValueError, binascii.Error, UnicodeDecodeError):
+        raise _problem("not a cursor this endpoint returned") from None
+
+
+def limit_of(maximum: int) -> Any:
+    """A page size: 1 to ``maximum`` in ASCII digits."""
+
+    def check(raw: Any) -> int:
+        if not isinstance(raw, str) or not _DIGITS.fullmatch(raw) or not 1 <= int(raw) <= maximum:
+            raise _problem(f"expected 1..{maximum}")
+        return int(raw)
+
+    return Annotated[
+        int,
+        PlainValidator(check),
+        WithJsonSchema({"type": "integer", "minimum": 1, "maximum": maximum}),
+    ]
+
+
+def choice(*options: str) -> Any:
+    """One of ``options``, spelled exactly."""
+
+    def check(raw: Any) -> str:
+        if raw not in options:
+            raise _problem(f"must be {' or '.join(options)}")
+        return str(raw)
+
+    return Annotated[
+        str, PlainValidator(check), WithJsonSchema({"type": "string", "enum": options})
+    ]
+
+
+def matching(pattern: re.Pattern[str], message: str) -> Any:
+    """Text matching ``pattern`` whole."""
+
+    def check(raw: Any) -> str:
+        if not isinstance(raw, str) or not pattern.fullmatch(raw):
+            raise _problem(message)
+        return raw
+
+    return Annotated[
+        str | None, PlainValidator(check), WithJsonSchema(Text(pattern=pattern).schema())
+    ]
+
+
+#: An RFC 3339 timestamp with a zone within the accepted range around the time of the request.
+TimestampParam = Annotated[
+    datetime | None, PlainValidator(_timestamp), WithJsonSchema(TIMESTAMP_SCHEMA)
+]
+#: The opaque cursor of a previous page: the sequence number it continues after (or before).
+CursorParam = Annotated[
+    int | None, PlainValidator(_cursor), WithJsonSchema({"type": "string", "minLength": 1})
+]
+
+
+def _text(raw: Any) -> str:
+    if not isinstance(raw, str) or not raw:
+        raise _problem("must not be empty")
+    return raw
+
+
+#: Any non-empty text (NUL is refused before every view).
+TextParam = Annotated[
+    str | None, PlainValidator(_text), WithJsonSchema({"type": "string", "minLength": 1})
+]
+#: A model name.
+NameParam = matching(NAME_PATTERN, "may contain only letters, digits and . _ : - (max 200)")
+
+
+class Query(BaseModel):
+    """A route's query string: the parameters it takes, each typed, none other.
+
+    ``parse`` reads the request's query string (the first value of a repeated parameter) and
+    raises ``ValidationFailed`` naming every invalid or unknown parameter.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    @classmethod
+    def parse(cls, now: datetime | None = None) -> Self:
+        """The request's query string as this declaration, checked at ``now``."""
+        raw = {name: request.args.get(name) for name in request.args}
+        try:
+            return cls.model_validate(raw, context={"now": now or datetime.now(UTC)})
+        except ValidationError as exc:
+            takes = ", ".join(cls.model_fields) or "no parameters"
+            details = [
+                ErrorDetail(
+                    str(error["loc"][0]) if error["loc"] else "(query)",
+                    f"unknown query parameter; this endpoint takes {takes}"
+                    if error["type"] == "extra_forbidden"
+                    else error["msg"],
+                )
+                for error in exc.errors(include_url=False)
+            ]
+            raise ValidationFailed("invalid query parameters", details) from None
+
+    def given(self, name: str) -> bool:
+        """Whether the request named ``name`` (rather than leaving it to its default)."""
+        return name in self.model_fields_set
+
+
+class NoQuery(Query):
+    """A route that takes no query parameters."""
+
+
+class PageQuery(Query):
+    """A page of a listing: ``limit`` rows after (or before) ``cursor``."""
+
+    limit: limit_of(MAX_LIMIT) = DEFAULT_LIMIT  # type: ignore[valid-type]
+    cursor: CursorParam = None
+
+
+def encode_cursor(seq: int) -> str:
+    return base64.urlsafe_b64encode(f"seq:{seq}".encode()).decode().rstrip("=")

@@ -37,6 +37,13 @@ from tests.integration.test_audit import KEY, rehash, sql
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
 
+def conforms(reply: dict[str, Any], component: str) -> None:
+    """``reply`` is valid under the served document's schema named ``component``."""
+    components = document()["components"]
+    schema = {"$ref": f"#/components/schemas/{component}", "components": components}
+    Draft202012Validator(schema).validate(reply)
+
+
 def ok(response: Any, status: int = 200) -> dict[str, Any]:
     assert response.status_code == status, response.get_json()
     body: dict[str, Any] = response.get_json()
@@ -118,14 +125,13 @@ def test_an_untouched_database_verifies_and_says_what_it_checked(
     for section, checked in (("contracts", 3), ("decisions", 1), ("retirements", 1)):
         assert report[section] == {"valid": True, "checked": checked, "problem_count": 0}
     assert "reason" not in report and "first_invalid_seq" not in report
-    schemas = document()["components"]["schemas"]
-    Draft202012Validator(schemas["ChainVerification"]).validate(report)
+    conforms(report, "ChainVerification")
 
     contract = verify_contract(client, rows["registered"]["id"])
     assert contract["valid"] is True and contract["problems"] == []
     assert contract["event"]["type"] == "contract_registered"
     assert contract["event"]["content_sha256"] == rows["registered"]["content_sha256"]
-    Draft202012Validator(schemas["Verification"]).validate(contract)
+    conforms(contract, "Verification")
 
     monkeypatch.setenv("CALMON_DATABASE_URL", database_url)
     monkeypatch.delenv("CALMON_AUDIT_KEY", raising=False)
@@ -168,7 +174,7 @@ def test_a_contract_rewritten_with_its_hash_recomputed_is_found(
 
     report = verify(client)
     problem = only_problem(report)
-    Draft202012Validator(document()["components"]["schemas"]["ChainVerification"]).validate(report)
+    conforms(report, "ChainVerification")
     assert problem["check"] == "contract" and problem["contract_id"] == contract["id"]
     assert (problem["model"], problem["version"]) == ("glyphs", 1)
     assert set(problem["differences"]) == {"content", "content_sha256"}

@@ -1,10 +1,11 @@
 """Every JSON reply of every route matches its documented schema with no undocumented key.
 
-The served OpenAPI document lets replies carry keys it does not list (a client may meet a newer
-server); this check forbids them, so that a key a route starts to send without documenting it
-fails here. A scenario drives each route to its success replies (multiclass and binary
-contracts, predictions and labels in two cohorts, readings, history, gate, audit), on SQLite
-and on PostgreSQL, and every operation with a JSON success reply must have been checked.
+Routes serialise through their reply declarations, which forbid undeclared keys. The parts of a
+reply that repeat a request body (a contract's calibrator, baseline and policy) are typed there
+as objects and published with the body's schema; this check forbids keys those schemas do not
+list too. A scenario drives each route to its success replies (multiclass and binary contracts,
+predictions and labels in two cohorts, readings, history, gate, audit), on SQLite and on
+PostgreSQL, and every operation with a JSON success reply must have been checked.
 """
 
 from __future__ import annotations

@@ -6,19 +6,32 @@ import csv
 import io
 import json
 import re
-from typing import Any
+from typing import Annotated, Any
 
-from flask import Blueprint, Response, jsonify, request
+from flask import Blueprint, Response
+from pydantic import WithJsonSchema
 
 from service.audit import service as audit_service
 from service.audit.chain import Anchor
+from service.audit.replies import AuditEvents, ChainVerification
 from service.auth.tokens import Permission
-from service.common.errors import ErrorCollector, ErrorDetail, ValidationFailed
+from service.common.errors import ErrorCollector
 from service.common.values import format_timestamp
 from service.contracts import service as contracts_service
 from service.web.auth import requires
 from service.web.db_session import db_session
-from service.web.queries import check_known, cursor_arg, encode_cursor, limit_arg, timestamp_arg
+from service.web.operations import CSV, operation
+from service.web.queries import (
+    MAX_SEQ,
+    CursorParam,
+    Query,
+    TextParam,
+    TimestampParam,
+    choice,
+    encode_cursor,
+    limit_of,
+)
+from service.web.replies import reply
 
 bp = Blueprint("audit", __name__, url_prefix="/v1/audit")
 
@@ -46,25 +59,43 @@ def csv_cell(value: Any) -> Any:
     return value
 
 
+class AuditEventsQuery(Query):
+    """A page of the log (``limit`` events after ``cursor``), filtered by model, event type
+    and time (``since`` inclusive, ``until`` exclusive), as JSON or CSV."""
+
+    model: TextParam = None
+    type: TextParam = None
+    since: TimestampParam = None
+    until: TimestampParam = None
+    limit: limit_of(1000) = 100  # type: ignore[valid-type]
+    cursor: CursorParam = None
+    format: choice("json", "csv") = "json"  # type: ignore[valid-type]
+
+
 @bp.get("/events")
 @requires(Permission.READ)
+@operation(
+    operation_id="auditEvents",
+    summary="The audit log, as JSON or (format=csv) as CSV with the next cursor in X-Next-Cursor",
+    reply=AuditEvents,
+    reply_description="a page",
+    media={CSV: {"type": "string"}},
+    query=AuditEventsQuery,
+)
 def events() -> Response:
     """Audit events oldest first, filtered by model, type and time; paginated; JSON or CSV.
 
     In CSV, text cells a spreadsheet could read as formulas are prefixed with ``'``.
     """
-    check_known(("model", "type", "since", "until", "limit", "cursor", "format"))
-    output = request.args.get("format", "json")
-    if output not in ("json", "csv"):
-        raise ValidationFailed("invalid format", [ErrorDetail("format", "json or csv")])
-    limit = limit_arg(default=100, maximum=1000)
+    query = AuditEventsQuery.parse()
+    output, limit = query.format, query.limit
     rows = audit_service.list_events(
         db_session(),
-        model=request.args.get("model"),
-        type=request.args.get("type"),
-        since=timestamp_arg("since"),
-        until=timestamp_arg("until"),
-        after_seq=cursor_arg(),
+        model=query.model,
+        type=query.type,
+        since=query.since,
+        until=query.until,
+        after_seq=query.cursor,
         limit=limit + 1,
     )
     page = rows[:limit]
@@ -100,12 +131,27 @@ def events() -> Response:
         if next_cursor:
             response.headers["X-Next-Cursor"] = next_cursor
         return response
-    return jsonify({"events": records, "next_cursor": next_cursor})
+    return reply(AuditEvents, {"events": records, "next_cursor": next_cursor})
 
 
-def _anchor_args() -> Anchor | None:
+class VerifyQuery(Query):
+    """An anchor kept outside the database: the seq and sha256 of an event the chain must
+    still hold (both or neither)."""
+
+    expected_seq: Annotated[
+        TextParam, WithJsonSchema({"type": "integer", "minimum": 1, "maximum": MAX_SEQ})
+    ] = None
+    expected_sha256: Annotated[
+        TextParam, WithJsonSchema({"type": "string", "pattern": "^[0-9a-f]{64}$"})
+    ] = None
+
+    def anchor(self) -> Anchor | None:
+        """The anchor, if given; 422 unless both parts are given and well formed."""
+        return _anchor(self.expected_seq, self.expected_sha256)
+
+
+def _anchor(seq_raw: str | None, sha_raw: str | None) -> Anchor | None:
     """``expected_seq`` and ``expected_sha256``, both or neither."""
-    seq_raw, sha_raw = request.args.get("expected_seq"), request.args.get("expected_sha256")
     if seq_raw is None and sha_raw is None:
         return None
     errors = ErrorCollector()
@@ -122,13 +168,21 @@ def _anchor_args() -> Anchor | None:
 
 @bp.get("/verify")
 @requires(Permission.READ)
+@operation(
+    operation_id="verifyAudit",
+    summary="Verify the audit log, its keyed head and every contract, gate decision and"
+    " retirement against its event (and an anchor: expected_seq with expected_sha256)",
+    reply=ChainVerification,
+    reply_description="result",
+    query=VerifyQuery,
+)
 def verify() -> Response:
     """Walk the chain, check the keyed head (under a key) and every contract, gate decision and
     retirement against its event; report what was checked, the head, every problem (the first
     100, and their count) and whether the anchor (``expected_seq`` with ``expected_sha256``),
     if given, is still on the chain."""
-    check_known(("expected_seq", "expected_sha256"))
+    anchor = VerifyQuery.parse().anchor()
     report = audit_service.verify_audit(
-        db_session(), _anchor_args(), contracts=contracts_service.stored_contracts
+        db_session(), anchor, contracts=contracts_service.stored_contracts
     )
-    return jsonify(report)
+    return reply(ChainVerification, report)

@@ -2,22 +2,31 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-from flask import Blueprint, Response, jsonify
+from flask import Blueprint, Response
 from werkzeug.routing import BaseConverter
 
 from service.auth.tokens import Permission
 from service.common.clock import utcnow
-from service.common.errors import ErrorCollector
-from service.common.values import NAME_PATTERN, expect_str
 from service.contracts import service as contracts_service
-from service.contracts.model import Contract
+from service.contracts.model import Contract as StoredContract
+from service.contracts.replies import Contract, ContractList, Verification
 from service.contracts.requests import parse_fit_request, parse_registration, parse_retirement
 from service.web.auth import current_principal, requires
 from service.web.bodies import json_body
 from service.web.db_session import db_session
-from service.web.queries import check_known, cursor_arg, encode_cursor, limit_arg, timestamp_arg
+from service.web.operations import operation
+from service.web.queries import (
+    NameParam,
+    NoQuery,
+    PageQuery,
+    Query,
+    TimestampParam,
+    encode_cursor,
+)
+from service.web.replies import reply
 
 bp = Blueprint("contracts", __name__, url_prefix="/v1")
 
@@ -29,102 +38,190 @@ class ContractIdConverter(BaseConverter):
     regex = r"(?!fit$)[^/]+"
 
 
-def _created(payload: dict[str, Any]) -> Response:
-    response = jsonify(payload)
-    response.status_code = 201
-    return response
+def links_from_contract() -> dict[str, Any]:
+    """Links from a stored contract (reply of register and fit) to what takes its id or model."""
+    by_id = {"path.contract_id": "$response.body#/id"}
+    by_model = {"path.model": "$response.body#/model"}
+    return {
+        "GetContract": {"operationId": "getContract", "parameters": by_id},
+        "VerifyContract": {"operationId": "verifyContract", "parameters": by_id},
+        "RetireContract": {"operationId": "retireContract", "parameters": by_id},
+        "ContractDiagram": {"operationId": "contractDiagram", "parameters": by_id},
+        "ActiveContract": {"operationId": "activeContract", "parameters": by_model},
+        "Calibration": {"operationId": "calibration", "parameters": by_model},
+        "ModelDiagram": {"operationId": "modelDiagram", "parameters": by_model},
+        "HistoryDiagram": {"operationId": "historyDiagram", "parameters": by_model},
+        "Cohorts": {"operationId": "cohorts", "parameters": by_model},
+        "Gate": {"operationId": "decideGate", "requestBody": {"contract_id": "$response.body#/id"}},
+        "Predictions": {
+            "operationId": "ingestPredictions",
+            "requestBody": {"model": "$response.body#/model"},
+        },
+        "Labels": {
+            "operationId": "ingestLabels",
+            "requestBody": {"model": "$response.body#/model"},
+        },
+        "ListContracts": {
+            "operationId": "listContracts",
+            "parameters": {"query.model": "$response.body#/model"},
+        },
+    }
+
+
+def _created(contract: StoredContract) -> Response:
+    """A new contract, with what its reviewer should know of it."""
+    warnings = contracts_service.contract_warnings(contract)
+    return reply(Contract, {**contract.to_dict(), "warnings": warnings}, 201)
 
 
 @bp.post("/contracts")
 @requires(Permission.ADMIN)
+@operation(
+    operation_id="registerContract",
+    summary="Register a contract fitted elsewhere",
+    reply=Contract,
+    reply_description="the stored contract",
+    status=201,
+    body="ContractRegistration",
+    query=NoQuery,
+    links=links_from_contract(),
+)
 def register() -> Response:
     """Register a contract fitted elsewhere."""
+    NoQuery.parse()
     spec = parse_registration(json_body())
-    contract = contracts_service.register_contract(
-        db_session(), spec, actor=current_principal().name
-    )
     return _created(
-        {**contract.to_dict(), "warnings": contracts_service.contract_warnings(contract)}
+        contracts_service.register_contract(db_session(), spec, actor=current_principal().name)
     )
 
 
 @bp.post("/contracts/fit")
 @requires(Permission.ADMIN)
+@operation(
+    operation_id="fitContract",
+    summary="Fit a calibrator on fit, measure fit and eval, store the contract",
+    reply=Contract,
+    reply_description="the stored contract",
+    status=201,
+    body="ContractFit",
+    query=NoQuery,
+    links=links_from_contract(),
+)
 def fit() -> Response:
     """Fit a calibrator on the fit set, measure the baseline on both sets, register it."""
+    NoQuery.parse()
     request = parse_fit_request(json_body())
-    contract = contracts_service.fit_contract(db_session(), request, actor=current_principal().name)
     return _created(
-        {**contract.to_dict(), "warnings": contracts_service.contract_warnings(contract)}
+        contracts_service.fit_contract(db_session(), request, actor=current_principal().name)
     )
+
+
+class ContractsQuery(PageQuery):
+    """Contracts of one model, or active at a time."""
+
+    model: NameParam = None  # type: ignore[valid-type]
+    active_at: TimestampParam = None
 
 
 @bp.get("/contracts")
 @requires(Permission.READ)
+@operation(
+    operation_id="listContracts",
+    summary="List contracts, newest first",
+    reply=ContractList,
+    reply_description="a page",
+    query=ContractsQuery,
+)
 def list_contracts() -> Response:
     """Contracts newest first, optionally of one model or active at a time; paginated."""
-    check_known(("model", "active_at", "limit", "cursor"))
-    limit = limit_arg()
+    query = ContractsQuery.parse()
     rows = contracts_service.list_contracts(
         db_session(),
-        model=_model_arg(),
-        active_at=timestamp_arg("active_at"),
-        before_seq=cursor_arg(),
-        limit=limit + 1,
+        model=query.model,
+        active_at=query.active_at,
+        before_seq=query.cursor,
+        limit=query.limit + 1,
     )
-    page = rows[:limit]
-    next_cursor = encode_cursor(page[-1][0]) if len(rows) > limit else None
-    return jsonify(
+    page = rows[: query.limit]
+    next_cursor = encode_cursor(page[-1][0]) if len(rows) > query.limit else None
+    return reply(
+        ContractList,
         {
-            "contracts": [c.to_dict() for _, c in page if isinstance(c, Contract)],
-            "unreadable": [c.to_dict() for _, c in page if not isinstance(c, Contract)],
+            "contracts": [c.to_dict() for _, c in page if isinstance(c, StoredContract)],
+            "unreadable": [c.to_dict() for _, c in page if not isinstance(c, StoredContract)],
             "next_cursor": next_cursor,
-        }
+        },
     )
-
-
-def _model_arg() -> str | None:
-    from flask import request
-
-    raw = request.args.get("model")
-    if raw is None:
-        return None
-    errors = ErrorCollector()
-    expect_str(raw, "model", errors, pattern=NAME_PATTERN)
-    errors.raise_if_any("invalid model")
-    return raw
 
 
 @bp.get("/contracts/<contract_id:contract_id>")
 @requires(Permission.READ)
+@operation(
+    operation_id="getContract",
+    summary="One contract",
+    reply=Contract,
+    reply_description="the contract",
+    query=NoQuery,
+)
 def get_contract(contract_id: str) -> Response:
     """One contract with its content hash and retirement, if any."""
-    return jsonify(contracts_service.find_contract(db_session(), contract_id).to_dict())
+    NoQuery.parse()
+    return reply(Contract, contracts_service.find_contract(db_session(), contract_id).to_dict())
 
 
 @bp.get("/contracts/<contract_id>/verify")
 @requires(Permission.READ)
+@operation(
+    operation_id="verifyContract",
+    summary="Recompute the content hash; check it against the contract's creation event",
+    reply=Verification,
+    reply_description="the check",
+    query=NoQuery,
+)
 def verify(contract_id: str) -> Response:
     """Recompute the content hash from the stored record; check it against the stored hash and
     the contract's creation event."""
-    return jsonify(contracts_service.verify_contract(db_session(), contract_id))
+    NoQuery.parse()
+    return reply(Verification, contracts_service.verify_contract(db_session(), contract_id))
 
 
 @bp.post("/contracts/<contract_id>/retire")
 @requires(Permission.ADMIN)
+@operation(
+    operation_id="retireContract",
+    summary="Retire a contract (an audit event)",
+    reply=Contract,
+    reply_description="the contract",
+    body="Retirement",
+    query=NoQuery,
+    errors=(409,),
+)
 def retire(contract_id: str) -> Response:
     """Retire a contract: an audit event; the contract itself never changes."""
+    NoQuery.parse()
     reason = parse_retirement(json_body())
     contract = contracts_service.retire_contract(
         db_session(), contract_id, reason=reason, actor=current_principal().name
     )
-    return jsonify(contract.to_dict())
+    return reply(Contract, contract.to_dict())
+
+
+class ActiveContractQuery(Query):
+    """The time the contract is active at (default: now)."""
+
+    at: TimestampParam = None
 
 
 @bp.get("/models/<model>/contract")
 @requires(Permission.READ)
+@operation(
+    operation_id="activeContract",
+    summary="The active contract at a time",
+    reply=Contract,
+    reply_description="the contract",
+    query=ActiveContractQuery,
+)
 def active_contract(model: str) -> Response:
     """The model's active contract at ``at`` (default now)."""
-    check_known(("at",))
-    at = timestamp_arg("at") or utcnow()
-    return jsonify(contracts_service.active_contract(db_session(), model, at).to_dict())
+    at: datetime = ActiveContractQuery.parse().at or utcnow()
+    return reply(Contract, contracts_service.active_contract(db_session(), model, at).to_dict())

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, Response, jsonify, request
+from flask import Blueprint, Response
 
 from service.auth.tokens import Permission
 from service.common.values import format_timestamp
 from service.gate import service as gate_service
+from service.gate.replies import GateDecision as DecisionReply
+from service.gate.replies import GateDecisions
 from service.gate.requests import parse_gate_request
 from service.gate.store import GateDecision
 from service.web.auth import current_principal, requires
 from service.web.bodies import json_body
 from service.web.db_session import db_session
-from service.web.queries import check_known, cursor_arg, encode_cursor, limit_arg
+from service.web.operations import operation
+from service.web.queries import NoQuery, PageQuery, TextParam, encode_cursor
+from service.web.replies import reply
 
 bp = Blueprint("gate", __name__, url_prefix="/v1/gate")
 
@@ -37,36 +41,59 @@ def decision_dict(d: GateDecision) -> dict[str, Any]:
 
 @bp.post("")
 @requires(Permission.GATE)
+@operation(
+    operation_id="decideGate",
+    summary="Evaluate a contract against a gate policy; stored",
+    reply=DecisionReply,
+    reply_description="the decision with evidence",
+    status=201,
+    body="GateRequest",
+    query=NoQuery,
+    errors=(404,),
+)
 def decide() -> Response:
     """Evaluate a contract (or a fresh held-out set) against a policy; store the decision.
 
     Needs the ``gate`` permission (roles ``gate`` and ``admin``): a CI pipeline's token may ask
     the gate without being able to register or retire contracts.
     """
+    NoQuery.parse()
     gate_request = parse_gate_request(json_body())
     decision = gate_service.decide_gate(db_session(), gate_request, actor=current_principal().name)
-    response = jsonify(decision_dict(decision))
-    response.status_code = 201
-    return response
+    return reply(DecisionReply, decision_dict(decision), 201)
+
+
+class DecisionsQuery(PageQuery):
+    """Decisions of one model or one contract."""
+
+    model: TextParam = None
+    contract_id: TextParam = None
 
 
 @bp.get("/decisions")
 @requires(Permission.READ)
+@operation(
+    operation_id="gateDecisions",
+    summary="Past gate decisions",
+    reply=GateDecisions,
+    reply_description="a page",
+    query=DecisionsQuery,
+)
 def decisions() -> Response:
     """Past decisions, newest first, by model and contract; paginated."""
-    check_known(("model", "contract_id", "limit", "cursor"))
-    limit = limit_arg()
+    query = DecisionsQuery.parse()
     rows = gate_service.list_decisions(
         db_session(),
-        model=request.args.get("model"),
-        contract_id=request.args.get("contract_id"),
-        before_seq=cursor_arg(),
-        limit=limit + 1,
+        model=query.model,
+        contract_id=query.contract_id,
+        before_seq=query.cursor,
+        limit=query.limit + 1,
     )
-    page = rows[:limit]
-    return jsonify(
+    page = rows[: query.limit]
+    return reply(
+        GateDecisions,
         {
             "decisions": [decision_dict(d) for d in page],
-            "next_cursor": encode_cursor(page[-1].seq) if len(rows) > limit else None,
-        }
+            "next_cursor": encode_cursor(page[-1].seq) if len(rows) > query.limit else None,
+        },
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, jsonify
+from flask import Blueprint, Response
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -12,17 +12,27 @@ from service.db.maintenance import pending_tasks
 from service.db.migrate import schema_is_current
 from service.web.db_session import database
 from service.web.http_errors import error_response
+from service.web.operations import operation
+from service.web.replies import Status, reply
 
 bp = Blueprint("health", __name__)
 
 
 @bp.get("/healthz")
+@operation(operation_id="healthz", summary="Liveness", reply=Status, reply_description="ok")
 def healthz() -> Response:
     """The process is up."""
-    return jsonify({"status": "ok"})
+    return reply(Status, {"status": "ok"})
 
 
 @bp.get("/readyz")
+@operation(
+    operation_id="readyz",
+    summary="Readiness: database reachable, schema at head",
+    reply=Status,
+    reply_description="ready",
+    errors=(503,),
+)
 def readyz() -> Response:
     """The database is reachable, its schema at the migrations' head, it takes writes (not a
     standby, not read-only), no maintenance pending."""
@@ -61,7 +71,7 @@ def readyz() -> Response:
             "a migration left maintenance to do: run 'calmon migrate'",
             headers={"Retry-After": "30"},
         )
-    return jsonify({"status": "ready", "database": db.backend})
+    return reply(Status, {"status": "ready", "database": db.backend})
 
 
 def _writes_refused(db: Database) -> str | None:

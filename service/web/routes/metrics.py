@@ -22,6 +22,7 @@ from service.export.instruments import (
 from service.export.reading_store import StoredText, stored_exposition
 from service.stream.fold_store import fleet_fold_status
 from service.web.db_session import database
+from service.web.operations import PROMETHEUS_TEXT, operation
 from service.web.route_names import route_template
 
 bp = Blueprint("metrics", __name__)
@@ -33,6 +34,12 @@ _last_lock = threading.Lock()
 
 
 @bp.get("/metrics")
+@operation(
+    operation_id="metrics",
+    summary="Prometheus exposition",
+    media={PROMETHEUS_TEXT: {"type": "string"}},
+    reply_description="text format",
+)
 def metrics() -> Response:
     """Prometheus exposition: the stored calibration gauges as the refresher last assembled
     them (never a half-refreshed fleet, never a recomputation, no write lock taken; the text is

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Collection
+import re
 from dataclasses import asdict
 from datetime import datetime, timedelta
 
-import orjson
-from flask import Blueprint, Response, current_app, jsonify, request
+from flask import Blueprint, Response, current_app
+from pydantic import Field
 
 from service.auth.tokens import Permission
 from service.common.clock import utcnow
@@ -25,12 +25,23 @@ from service.stream import fold, ingestion
 from service.stream import history as histories
 from service.stream import readings as monitoring
 from service.stream.cohorts import ALL, KEY_PATTERN, parse_slice_query
+from service.stream.replies import Calibration, Cohorts, History, LabelsApplied, PredictionsAccepted
 from service.stream.windows import Window, WindowError, parse_duration
 from service.web.arrow_body import arrow_batch_body, is_arrow
 from service.web.auth import requires
 from service.web.bodies import json_batch_body
 from service.web.db_session import db_session
-from service.web.queries import check_known, timestamp_arg
+from service.web.operations import ARROW_STREAM, CSV, JSON, operation
+from service.web.queries import (
+    NameParam,
+    NoQuery,
+    Query,
+    TextParam,
+    TimestampParam,
+    choice,
+    matching,
+)
+from service.web.replies import reply
 
 bp = Blueprint("stream", __name__, url_prefix="/v1")
 
@@ -39,32 +50,73 @@ def _settings() -> Settings:
     return current_app.config["CALMON_SETTINGS"]  # type: ignore[no-any-return]
 
 
+_ARROW_ONLY = "Arrow bodies only; a JSON body carries it in the body"
+
+
+class ArrowPredictionsQuery(Query):
+    """An Arrow body's batch fields: its model and, optionally, the contract it binds to
+    (a JSON body carries them in the body and takes no query parameters)."""
+
+    model: NameParam = Field(default=None, description=_ARROW_ONLY)  # type: ignore[valid-type]
+    contract_id: TextParam = Field(default=None, description=_ARROW_ONLY)
+
+
+class ArrowLabelsQuery(Query):
+    """An Arrow body's model (a JSON body carries it in the body)."""
+
+    model: NameParam = Field(default=None, description=_ARROW_ONLY)  # type: ignore[valid-type]
+
+
 @bp.post("/predictions")
 @requires(Permission.INGEST)
+@operation(
+    operation_id="ingestPredictions",
+    summary="Store a batch of predictions (idempotent per id), as JSON or an Arrow IPC stream",
+    reply=PredictionsAccepted,
+    reply_description="counts",
+    body="PredictionBatch",
+    body_media=(JSON, ARROW_STREAM),
+    query=ArrowPredictionsQuery,
+    errors=(404, 409, 503),
+)
 def predictions() -> Response:
     """Store a batch of predictions (idempotent per id), as JSON or as an Arrow IPC stream."""
     if is_arrow():
-        table, params = arrow_batch_body(("model", "contract_id"))
+        query = ArrowPredictionsQuery.parse()
+        table = arrow_batch_body()
         result = ingestion.ingest_arrow_predictions(
-            db_session(), params["model"], params["contract_id"], table, _settings(), utcnow()
+            db_session(), query.model, query.contract_id, table, _settings(), utcnow()
         )
     else:
+        NoQuery.parse()
         body, text = json_batch_body()
         result = ingestion.ingest_predictions(db_session(), body, _settings(), utcnow(), text)
     PREDICTIONS_INGESTED.labels(result.model).inc(result.accepted)
-    return jsonify(result.to_dict())
+    return reply(PredictionsAccepted, result.to_dict())
 
 
 @bp.post("/labels")
 @requires(Permission.INGEST)
+@operation(
+    operation_id="ingestLabels",
+    summary="Join a batch of labels, as JSON or an Arrow IPC stream",
+    reply=LabelsApplied,
+    reply_description="counts",
+    body="LabelBatch",
+    body_media=(JSON, ARROW_STREAM),
+    query=ArrowLabelsQuery,
+    errors=(404, 503),
+)
 def labels() -> Response:
     """Join a batch of labels to their predictions (JSON, or an Arrow IPC stream)."""
     if is_arrow():
-        table, params = arrow_batch_body(("model",))
+        query = ArrowLabelsQuery.parse()
+        table = arrow_batch_body()
         result = ingestion.ingest_arrow_labels(
-            db_session(), params["model"], table, _settings(), utcnow()
+            db_session(), query.model, table, _settings(), utcnow()
         )
     else:
+        NoQuery.parse()
         body, text = json_batch_body()
         result = ingestion.ingest_labels(db_session(), body, _settings(), utcnow(), text)
     for outcome, count in (
@@ -76,35 +128,18 @@ def labels() -> Response:
         if count:
             LABELS_INGESTED.labels(result.model, outcome).inc(count)
     observe_many(LABEL_DELAY.labels(result.model), result.delays_seconds)
-    return jsonify(result.to_dict())
+    return reply(LabelsApplied, result.to_dict())
 
 
-def _window(now: datetime) -> Window:
-    name = request.args.get("window")
-    start, end = timestamp_arg("start", now), timestamp_arg("end", now)
-    try:
-        if start is not None or end is not None:
-            if name is not None:
-                raise WindowError("window", "give either window or start/end, not both")
-            if start is None or end is None:
-                raise WindowError("start" if start is None else "end", "start and end go together")
-            return Window.between(start, end)
-        return Window.trailing(name or "24h", now)
-    except WindowError as exc:
-        raise ValidationFailed("invalid window", [ErrorDetail(exc.field, str(exc))]) from None
+_DURATION = re.compile(r"[1-9][0-9]{0,7}[smhd]")
+#: A duration: a positive integer and a unit (``90s``, ``15m``, ``24h``, ``7d``).
+DurationParam = matching(_DURATION, "expected <positive integer><s|m|h|d>, e.g. 1h, 24h, 7d")
 
 
-def slice_and_window(now: datetime, also: Collection[str] = ()) -> tuple[str, Window]:
-    """The ``cohort`` and ``window`` (or ``start``/``end``) query parameters, validated; ``also``
-    names further parameters the caller reads itself."""
-    check_known(("window", "start", "end", "cohort", *also))
-    return _slice(), _window(now)
-
-
-def _slice() -> str:
+def _cohort(raw: str | None) -> str:
     """The ``cohort`` query parameter (``key:value`` or ``key=value``; default ``all``)."""
     try:
-        slice_ = parse_slice_query(request.args.get("cohort"))
+        slice_ = parse_slice_query(raw)
         if slice_ != ALL and not KEY_PATTERN.fullmatch(slice_.partition("=")[0]):
             raise ValueError("the cohort key is 1-64 letters, digits, _ . - and nothing else")
     except ValueError as exc:
@@ -112,69 +147,141 @@ def _slice() -> str:
     return slice_
 
 
-def _consistent(model: str, now: datetime) -> None:
+class WindowQuery(Query):
+    """A reading's window (trailing ``window``, default 24h, or ``start`` with ``end``) and
+    cohort slice (``key:value``; default all)."""
+
+    window: DurationParam = None  # type: ignore[valid-type]
+    start: TimestampParam = None
+    end: TimestampParam = None
+    cohort: TextParam = None
+
+    def slice(self) -> str:
+        """The cohort slice's name (``all`` or ``key=value``)."""
+        return _cohort(self.cohort)
+
+    def reading_window(self, now: datetime) -> Window:
+        """The window the parameters name, at ``now``."""
+        try:
+            if self.start is not None or self.end is not None:
+                if self.window is not None:
+                    raise WindowError("window", "give either window or start/end, not both")
+                if self.start is None or self.end is None:
+                    raise WindowError(
+                        "start" if self.start is None else "end", "start and end go together"
+                    )
+                return Window.between(self.start, self.end)
+            return Window.trailing(self.window or "24h", now)
+        except WindowError as exc:
+            raise ValidationFailed("invalid window", [ErrorDetail(exc.field, str(exc))]) from None
+
+
+Consistency = choice("true", "false")
+
+
+class CalibrationQuery(WindowQuery):
+    """A window and slice; ``consistent=true`` folds the model's waiting labels first."""
+
+    consistent: Consistency = "false"  # type: ignore[valid-type]
+
+
+def _consistent(query: CalibrationQuery | HistoryQuery, model: str, now: datetime) -> None:
     """With ``consistent=true``, fold the model's queued labels before the read (every label
     acknowledged by ``now`` is then in the buckets); ``false`` (the default) reads at once."""
-    raw = request.args.get("consistent", "false")
-    if raw not in ("true", "false"):
-        raise ValidationFailed(
-            "invalid consistent", [ErrorDetail("consistent", "must be true or false")]
-        )
-    if raw == "true":
+    if query.consistent == "true":
         fold.fold_model(db_session(), model, now)
 
 
 @bp.get("/models/<model>/calibration")
 @requires(Permission.READ)
+@operation(
+    operation_id="calibration",
+    summary="The reading of a window and cohort slice",
+    reply=Calibration,
+    reply_description="reading, bins, baseline, drift",
+    query=CalibrationQuery,
+)
 def calibration(model: str) -> Response:
     """The reading of a window and cohort slice, with bins, baseline and drift."""
     now = utcnow()
-    slice_, window = slice_and_window(now, also=("consistent",))
-    _consistent(model, now)
-    return jsonify(
-        monitoring.calibration_reading(db_session(), model, window, slice_, now).to_dict()
-    )
+    query = CalibrationQuery.parse(now)
+    slice_, window = query.slice(), query.reading_window(now)
+    _consistent(query, model, now)
+    found = monitoring.calibration_reading(db_session(), model, window, slice_, now)
+    return reply(Calibration, found.to_dict())
 
 
 @bp.get("/models/<model>/cohorts")
 @requires(Permission.READ)
+@operation(
+    operation_id="cohorts",
+    summary="Cohort slices seen",
+    reply=Cohorts,
+    reply_description="slices with counts",
+    query=NoQuery,
+)
 def cohorts(model: str) -> Response:
     """Slices seen for the model, with prediction and label counts."""
-    check_known(())
+    NoQuery.parse()
     slices = monitoring.cohort_slices(db_session(), model)
-    return jsonify({"model": model, "slices": [asdict(s) for s in slices]})
+    return reply(Cohorts, {"model": model, "slices": [asdict(s) for s in slices]})
 
 
 #: A history without ``start`` covers this much before its end.
 DEFAULT_HISTORY = timedelta(days=7)
 
 
-def history_range(now: datetime) -> tuple[str, datetime, datetime, timedelta]:
-    """The ``cohort``, ``start``, ``end`` and ``step`` of a history, validated (by default the 7
-    days before ``now`` in 1-hour steps)."""
-    end = timestamp_arg("end", now) or now
-    start = timestamp_arg("start", now) or end - DEFAULT_HISTORY
-    try:
-        step = parse_duration(request.args.get("step", "1h"))
-    except WindowError as exc:
-        raise ValidationFailed("invalid step", [ErrorDetail("step", str(exc))]) from None
-    return _slice(), start, end, step
+class HistoryRangeQuery(Query):
+    """A history's range: ``start`` (default ``end`` minus 7 days) to ``end`` (default now) in
+    ``step``s (default 1h, a multiple of 5 minutes) of a cohort slice."""
+
+    start: TimestampParam = None
+    end: TimestampParam = None
+    step: DurationParam = None  # type: ignore[valid-type]
+    cohort: TextParam = None
+
+    def slice(self) -> str:
+        """The cohort slice's name (``all`` or ``key=value``)."""
+        return _cohort(self.cohort)
+
+    def range(self, now: datetime) -> tuple[datetime, datetime, timedelta]:
+        """``start``, ``end`` and ``step`` with their defaults."""
+        end = self.end or now
+        start = self.start or end - DEFAULT_HISTORY
+        try:
+            step = parse_duration(self.step or "1h")
+        except WindowError as exc:
+            raise ValidationFailed("invalid step", [ErrorDetail("step", str(exc))]) from None
+        return start, end, step
+
+
+class HistoryQuery(HistoryRangeQuery):
+    """A history's range, its ``format`` (json or csv) and whether to fold first."""
+
+    format: choice("json", "csv") = "json"  # type: ignore[valid-type]
+    consistent: Consistency = "false"  # type: ignore[valid-type]
 
 
 @bp.get("/models/<model>/history")
 @requires(Permission.READ)
+@operation(
+    operation_id="history",
+    summary="A cohort slice's readings per step (step a multiple of 5 minutes; default 7 days at"
+    " 1 h), as JSON or (format=csv) as CSV",
+    reply=History,
+    reply_description="one point per step, oldest first",
+    media={CSV: {"type": "string"}},
+    query=HistoryQuery,
+)
 def history(model: str) -> Response:
     """A cohort slice's readings per step (JSON, or CSV with ``format=csv``)."""
-    check_known(("cohort", "start", "end", "step", "format", "consistent"))
     now = utcnow()
-    fmt = request.args.get("format", "json")
-    if fmt not in ("json", "csv"):
-        raise ValidationFailed("invalid format", [ErrorDetail("format", "must be json or csv")])
-    slice_, start, end, step = history_range(now)
-    _consistent(model, now)
+    query = HistoryQuery.parse(now)
+    slice_, (start, end, step) = query.slice(), query.range(now)
+    _consistent(query, model, now)
     found = histories.model_history(db_session(), model, slice_, start, end, step, now)
-    if fmt == "json":
-        return Response(orjson.dumps(found.to_dict()), mimetype="application/json")
+    if query.format == "json":
+        return reply(History, found.to_dict())
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(histories.CSV_COLUMNS)

@@ -59,12 +59,12 @@ from service.web.auth import (
 from service.web.db_session import db_session
 from service.web.history_svg import render_history
 from service.web.http_errors import ApiError
-from service.web.queries import check_known
-from service.web.routes.stream import history_range, slice_and_window
+from service.web.operations import SVG, operation
+from service.web.queries import Query, TextParam, choice
+from service.web.routes.stream import HistoryRangeQuery, WindowQuery
 from service.web.svg import render
 
 bp = Blueprint("ui", __name__)
-SVG = "image/svg+xml"
 
 PAGE_CSP = (
     "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
@@ -289,6 +289,12 @@ def _page_number() -> int:
     return int(raw)
 
 
+class ModelPageQuery(WindowQuery):
+    """A model page's window and slice, and the history chart's range."""
+
+    range: TextParam = None
+
+
 @bp.get("/ui/models/<model>")
 def model_page(model: str) -> BaseResponse:
     """The active contract, the reading of a window and cohort, diagrams, the history chart,
@@ -298,8 +304,9 @@ def model_page(model: str) -> BaseResponse:
         return viewer
     try:
         now = utcnow()
-        slice_, window = slice_and_window(now, also=("range",))
-        range_name = pages.chosen_range(request.args.get("range"))
+        query = ModelPageQuery.parse(now)
+        slice_, window = query.slice(), query.reading_window(now)
+        range_name = pages.chosen_range(query.range)
         page = pages.model_page(db_session(), model, slice_, window, range_name, _windows(), now)
     except CalmonError as exc:
         return _error_page(viewer, exc)
@@ -336,12 +343,23 @@ def _svg(body: str) -> Response:
     return Response(body, content_type=SVG)
 
 
+_SVG_REPLY = {SVG: {"type": "string"}}
+
+
 @bp.get("/v1/models/<model>/reliability.svg")
 @requires(Permission.READ, allow_cookie=True)
+@operation(
+    operation_id="modelDiagram",
+    summary="The reliability diagram (SVG) of a window and cohort, with bin counts",
+    media=_SVG_REPLY,
+    reply_description="SVG",
+    query=WindowQuery,
+)
 def model_svg(model: str) -> Response:
     """The reliability diagram of a window and cohort (same parameters as the calibration)."""
     now = utcnow()
-    slice_, window = slice_and_window(now)
+    query = WindowQuery.parse(now)
+    slice_, window = query.slice(), query.reading_window(now)
     measured = monitoring.calibration_reading(db_session(), model, window, slice_, now)
     return _svg(
         render(
@@ -353,23 +371,26 @@ def model_svg(model: str) -> Response:
     )
 
 
+class BaselineDiagramQuery(Query):
+    """Which of a contract's baseline readings to draw."""
+
+    split: choice("fit", "eval") = "eval"  # type: ignore[valid-type]
+    which: choice("calibrated", "uncalibrated") = "calibrated"  # type: ignore[valid-type]
+
+
 @bp.get("/v1/contracts/<contract_id>/reliability.svg")
 @requires(Permission.READ, allow_cookie=True)
+@operation(
+    operation_id="contractDiagram",
+    summary="A contract's baseline reliability diagram (SVG)",
+    media=_SVG_REPLY,
+    reply_description="SVG",
+    query=BaselineDiagramQuery,
+)
 def contract_svg(contract_id: str) -> Response:
     """A contract's baseline diagram: ``split`` fit|eval, ``which`` calibrated|uncalibrated."""
-    split = request.args.get("split", "eval")
-    which = request.args.get("which", "calibrated")
-    if split not in ("fit", "eval") or which not in ("calibrated", "uncalibrated"):
-        raise ApiError(
-            422,
-            "split is fit or eval; which is calibrated or uncalibrated",
-            details=[
-                {
-                    "field": "split" if split not in ("fit", "eval") else "which",
-                    "message": "unknown value",
-                }
-            ],
-        )
+    query = BaselineDiagramQuery.parse()
+    split, which = query.split, query.which
     contract = contracts_service.find_contract(db_session(), contract_id)
     reading = contract.baseline_reading(split, which)
     return _svg(
@@ -383,17 +404,26 @@ def contract_svg(contract_id: str) -> Response:
 
 @bp.get("/v1/models/<model>/history.svg")
 @requires(Permission.READ, allow_cookie=True)
+@operation(
+    operation_id="historyDiagram",
+    summary="The ECE-over-time chart (SVG) of a cohort slice: the history's steps with the"
+    " debiased ECE and its 95% interval, the policy and baseline lines, statuses and label"
+    " coverage",
+    media=_SVG_REPLY,
+    reply_description="SVG",
+    query=HistoryRangeQuery,
+)
 def history_svg(model: str) -> Response:
     """The ECE-over-time chart of a cohort slice (the history's parameters but ``format``;
     without ``start`` the chart spans the slice's data, at most 7 days, in a step fitted to it
     unless ``step`` is given)."""
-    check_known(("cohort", "start", "end", "step"))
     now = utcnow()
-    slice_, start, end, step = history_range(now)
-    if "start" not in request.args:
+    query = HistoryRangeQuery.parse(now)
+    slice_, (start, end, step) = query.slice(), query.range(now)
+    if not query.given("start"):
         start, fitted_step = histories.fitted_range(
             db_session(), model, slice_, end, pages.FIT_LONGEST
         )
-        step = step if "step" in request.args else fitted_step
+        step = step if query.given("step") else fitted_step
     found = histories.model_history(db_session(), model, slice_, start, end, step, now)
     return _svg(render_history(found, title=f"{model}: ECE over time"))

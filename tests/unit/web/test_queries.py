@@ -1,4 +1,4 @@
-"""Query and path parameters: limits, cursors, NUL characters."""
+"""Query and path parameters: limits, cursors, unknown names, NUL characters."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from flask import Flask
 
 from service.common.errors import NotFound, ValidationFailed
-from service.web.queries import check_text_arguments, cursor_arg, encode_cursor, limit_arg
+from service.web.queries import NoQuery, PageQuery, check_text_arguments, encode_cursor
 
 
 @pytest.fixture
@@ -14,21 +14,48 @@ def app() -> Flask:
     return Flask(__name__)
 
 
-@pytest.mark.parametrize("raw", ["%C2%B2", "%D9%A3", "0", "501", "-1", "1e2", "9" * 30])
+@pytest.mark.parametrize("raw", ["%C2%B2", "%D9%A3", "0", "501", "-1", "1e2", "+5", " 5", "9" * 30])
 def test_limit_is_ascii_digits_in_range(app: Flask, raw: str) -> None:
-    with app.test_request_context(f"/?limit={raw}"), pytest.raises(ValidationFailed):
-        limit_arg()
+    with app.test_request_context(f"/?limit={raw}"), pytest.raises(ValidationFailed) as refused:
+        PageQuery.parse()
+    assert [(d.field, d.message) for d in refused.value.details] == [("limit", "expected 1..500")]
+
+
+def test_limit_takes_its_default_and_its_bounds(app: Flask) -> None:
+    with app.test_request_context("/"):
+        assert PageQuery.parse().limit == 50
+    for raw in ("1", "500", "007"):
+        with app.test_request_context(f"/?limit={raw}"):
+            assert PageQuery.parse().limit == int(raw)
 
 
 def test_cursors_stay_in_the_bigint_range(app: Flask) -> None:
     with app.test_request_context(f"/?cursor={encode_cursor(2**63 - 1)}"):
-        assert cursor_arg() == 2**63 - 1
+        assert PageQuery.parse().cursor == 2**63 - 1
     for seq in (2**63, 10**23):
         with (
             app.test_request_context(f"/?cursor={encode_cursor(seq)}"),
             pytest.raises(ValidationFailed),
         ):
-            cursor_arg()
+            PageQuery.parse()
+
+
+def test_every_unknown_and_invalid_parameter_is_named_in_one_refusal(app: Flask) -> None:
+    with (
+        app.test_request_context("/?limit=0&cursor=x&lmit=5&page=2"),
+        pytest.raises(ValidationFailed) as refused,
+    ):
+        PageQuery.parse()
+    fields = sorted(d.field for d in refused.value.details)
+    assert fields == ["cursor", "limit", "lmit", "page"]
+    unknown = [d.message for d in refused.value.details if d.field == "lmit"]
+    assert unknown == ["unknown query parameter; this endpoint takes limit, cursor"]
+
+
+def test_a_route_without_parameters_refuses_any(app: Flask) -> None:
+    with app.test_request_context("/?x=1"), pytest.raises(ValidationFailed) as refused:
+        NoQuery.parse()
+    assert refused.value.details[0].message.endswith("this endpoint takes no parameters")
 
 
 def test_nul_in_a_parameter_is_refused_before_any_query(app: Flask) -> None:

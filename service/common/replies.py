@@ -1,0 +1,50 @@
+"""The building blocks of reply declarations: every JSON reply is a pydantic model deriving
+from ``Reply``, and the OpenAPI document's reply schemas are generated from those models.
+
+A reply model forbids keys it does not declare and checks types strictly (no ``"1"`` for 1),
+so a route that starts to send an undeclared key, or a value of another type, fails where it
+serialises. Fields that a reply may leave out are typed ``X | MISSING`` with the default
+``MISSING``: absent from the reply and from the schema's ``required``, never ``null``.
+
+Bounds that are a measure's meaning rather than a guarantee of its arithmetic (a fraction in
+[0, 1], which a sum of floats may pass by one ulp) are stated in the schema only
+(``documented``); counts and hashes are checked when the reply is built.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+
+from service.common.fields import TIMESTAMP_SCHEMA
+from service.common.values import MAX_JSON_INTEGER
+
+
+class Reply(BaseModel):
+    """A JSON reply, or an object within one: declared keys only, strict types."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def documented(schema: dict[str, Any]) -> WithJsonSchema:
+    """The JSON Schema to publish for a field whose value the model checks only by type."""
+    return WithJsonSchema(schema)
+
+
+#: A probability or a share of rows, in [0, 1].
+Fraction = Annotated[float, documented({"type": "number", "minimum": 0, "maximum": 1})]
+#: A number, or null where the measure is undefined (no rows, one class, no variance).
+Measure = float | None
+#: A count of rows, predictions or labels.
+Count = Annotated[int, Field(ge=0, le=MAX_JSON_INTEGER)]
+#: A SHA-256 digest in lower-case hex.
+Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+#: An RFC 3339 timestamp in UTC, as calmon writes them (``2026-01-01T00:00:00Z``).
+Timestamp = Annotated[str, documented(TIMESTAMP_SCHEMA)]
+#: An RFC 3339 timestamp, or null when there is none yet.
+OptionalTimestamp = Annotated[
+    str | None, documented({"type": ["string", "null"], "format": "date-time"})
+]
+#: A pair of fractions: a 95% interval's lower and upper bounds.
+Interval = Annotated[list[float], Field(min_length=2, max_length=2)]
