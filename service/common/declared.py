@@ -43,7 +43,9 @@ from pydantic import (
     StringConstraints,
     ValidationError,
     ValidationInfo,
+    ValidatorFunctionWrapHandler,
     WithJsonSchema,
+    WrapValidator,
 )
 from pydantic_core import PydanticCustomError
 
@@ -54,6 +56,7 @@ from service.common.values import (
     TIMESTAMP_HINT,
     finite_float,
     parse_timestamp,
+    text_problem,
     timestamp_problem,
 )
 
@@ -97,15 +100,50 @@ def _undescribed(schema: dict[str, Any], model: type[Any]) -> None:
     schema.pop("description", None)
 
 
+def reworded(messages: Mapping[str, str]) -> WrapValidator:
+    """A validator giving the value's own error of a type in ``messages`` that message (its
+    items' errors keep theirs): ``reworded({"list_type": "expected a list of names"})``."""
+
+    def reword(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        try:
+            return handler(value)
+        except ValidationError as exc:
+            own = [e["type"] for e in exc.errors() if not e["loc"]]
+            if own and own[0] in messages:
+                raise problem(messages[own[0]]) from None
+            raise
+
+    return WrapValidator(reword)
+
+
 def describe_pattern(pattern: str, message: str) -> str:
     """``pattern``, whose mismatch is reported as ``message`` from now on."""
     PATTERN_MESSAGES[pattern] = message
     return pattern
 
 
+def _choice(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """A value that is not even text of 1-200 characters says so, as text does."""
+    try:
+        return handler(value)
+    except ValidationError:
+        if not isinstance(value, str) or not value.strip():
+            raise problem("expected a non-empty string") from None
+        if len(value) > MAX_CHOICE_LENGTH:
+            raise problem(f"longer than {MAX_CHOICE_LENGTH} characters") from None
+        found = text_problem(value)
+        if found is not None:
+            raise problem(found) from None
+        raise
+
+
+#: The longest text a choice is read as before it is compared with the choices.
+MAX_CHOICE_LENGTH = 200
+
+
 def one_of(choices: Sequence[str]) -> Any:
     """``Literal[*choices]``: one of the strings, stated as an ``enum``."""
-    return Literal[tuple(choices)]
+    return Annotated[Literal[tuple(choices)], WrapValidator(_choice)]
 
 
 class BodyModel(BaseModel):
@@ -152,15 +190,40 @@ def text_field(max_length: int = 200, pattern: str = NO_NUL_PATTERN) -> StringCo
     return StringConstraints(min_length=1, max_length=max_length, pattern=pattern)
 
 
+def _json_integer(value: Any) -> Any:
+    """Refuse an integer beyond +-``MAX_JSON_INTEGER`` whatever the field's own bounds."""
+    if type(value) is int and abs(value) > MAX_JSON_INTEGER:
+        raise problem(f"must lie within +-{MAX_JSON_INTEGER} (2^53 - 1)")
+    return value
+
+
 NOT_BLANK = AfterValidator(_not_blank)
+#: Put last in an ``Annotated`` float (it then runs first): ``_finite_integer``.
 FINITE = BeforeValidator(_finite_integer)
+#: Put last in an ``Annotated`` int (it then runs first): ``_json_integer``.
+JSON_INTEGER = BeforeValidator(_json_integer)
 
 #: Valid text of 1-200 characters, not only whitespace.
 Text = Annotated[str, text_field(), NOT_BLANK]
 #: Valid text of 1-2000 characters, not only whitespace.
 LongText = Annotated[str, text_field(2000), NOT_BLANK]
+
+
+def _name(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """A name refused as any text is (blank, a NUL, a lone surrogate) says so, as text does."""
+    try:
+        return handler(value)
+    except ValidationError:
+        if isinstance(value, str) and value and not value.strip():
+            raise problem("expected a non-empty string") from None
+        found = text_problem(value) if isinstance(value, str) else None
+        if found is not None:
+            raise problem(found) from None
+        raise
+
+
 #: A name (``NAME_PATTERN``): a model, a contract id.
-Name = Annotated[str, text_field(200, NAME_JSON_PATTERN)]
+Name = Annotated[str, text_field(200, NAME_JSON_PATTERN), WrapValidator(_name)]
 
 
 def number_in(minimum: float | None = None, maximum: float | None = None) -> Interval:

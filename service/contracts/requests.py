@@ -62,6 +62,7 @@ from service.calibration.calibrators import (
 from service.calibration.families_schema import FAMILY_SCHEMAS
 from service.common.declared import (
     FINITE,
+    JSON_INTEGER,
     NO_INF_NAN,
     BodyModel,
     Declared,
@@ -78,6 +79,7 @@ from service.common.declared import (
     number_in,
     one_of,
     problems,
+    reworded,
 )
 from service.common.errors import ErrorCollector, LeakageError
 from service.common.values import finite_float, format_timestamp
@@ -182,7 +184,7 @@ class EqualMass:
 class EqualMassBody(BodyModel):
     """``{"equal_mass": M}``: M bins of equal mass, M in [1, MAX_BIN_EDGES - 1]."""
 
-    equal_mass: Annotated[int, integer_in(1, MAX_BIN_EDGES - 1)]
+    equal_mass: Annotated[int, integer_in(1, MAX_BIN_EDGES - 1), JSON_INTEGER]
 
 
 def _edges(value: Any, info: ValidationInfo) -> tuple[float, ...] | EqualMass:
@@ -221,7 +223,7 @@ class DriftPolicyBody(BodyModel):
 
     max_ece: Fraction = DEFAULT_POLICY["max_ece"]
     max_ece_increase: Fraction = DEFAULT_POLICY["max_ece_increase"]
-    min_labeled: Annotated[int, integer_in(0)] = DEFAULT_POLICY["min_labeled"]
+    min_labeled: Annotated[int, integer_in(0), JSON_INTEGER] = DEFAULT_POLICY["min_labeled"]
     # Absent (None) or a number: null is refused, as any value that is not a number.
     c_fp: Annotated[Cost, Field(default=None)]
     c_fn: Annotated[Cost, Field(default=None)]
@@ -277,27 +279,40 @@ CALIBRATOR_SCHEMA: dict[str, Any] = {
 
 
 def _classes(value: list[str] | None, info: ValidationInfo) -> list[str]:
-    """K unique class names; a binary contract defaults to ``[negative, positive]``."""
+    """K unique class names; a binary contract defaults to ``[negative, positive]``.
+
+    Names refused only by a rule over them (unique, K for the task) still serve the rules after
+    them, as does the binary default when a multiclass contract lists none: the context keeps
+    them as ``sent_classes`` (``_classes_of``)."""
     task = info.data.get("task")
+    names = list(DEFAULT_BINARY_CLASSES) if value is None else value
+    if isinstance(info.context, dict):
+        info.context["sent_classes"] = names
     errors = ErrorCollector()
-    if value is None:
-        if task == "multiclass":
-            raise _problems_at("classes", "required for a multiclass contract (K >= 2 class names)")
-        return list(DEFAULT_BINARY_CLASSES)
-    if len(set(value)) != len(value):
-        errors.add("classes", "class names must be unique")
-    if task == "multiclass" and len(value) < 2:
-        errors.add("classes", f"a multiclass contract needs K >= 2 classes, got {len(value)}")
-    if task == "binary" and len(value) != 2:
-        errors.add("classes", "a binary contract has exactly two classes [negative, positive]")
+    if value is None and task == "multiclass":
+        errors.add("classes", "required for a multiclass contract (K >= 2 class names)")
+    elif value is not None:
+        if len(set(value)) != len(value):
+            errors.add("classes", "class names must be unique")
+        if task == "multiclass" and len(value) < 2:
+            errors.add("classes", f"a multiclass contract needs K >= 2 classes, got {len(value)}")
+        if task == "binary" and len(value) != 2:
+            errors.add("classes", "a binary contract has exactly two classes [negative, positive]")
     if errors:
         raise problems(errors)
-    return value
+    return names
+
+
+def _classes_of(info: ValidationInfo) -> list[str] | None:
+    """The contract's class names: the valid ones, else those ``_classes`` kept (None when
+    the names themselves were not valid text)."""
+    classes = info.data.get("classes")
+    return classes if classes is not None else context_of(info).get("sent_classes")
 
 
 def _calibrator(value: Any, info: ValidationInfo) -> Any:
     """A calibrator for the contract's task within the parameter bounds a client may set."""
-    task, classes = info.data.get("task"), info.data.get("classes")
+    task, classes = info.data.get("task"), _classes_of(info)
     errors = ErrorCollector()
     try:
         calibrator = calibrator_from_dict(value, len(classes) if classes else None)
@@ -328,7 +343,7 @@ def _baseline(value: Any, info: ValidationInfo) -> Any:
         value,
         errors,
         task=values["task"],
-        n_classes=len(values.get("classes") or ()),
+        n_classes=len(_classes_of(info) or ()),
         edges=values.get("bin_edges") or (),
     )
     if errors:
@@ -338,7 +353,7 @@ def _baseline(value: Any, info: ValidationInfo) -> Any:
 
 def _labeled_set(value: Any, info: ValidationInfo) -> Any:
     """A labeled set of the contract's task and classes (``parse_labeled_set``)."""
-    task, classes = info.data.get("task"), info.data.get("classes")
+    task, classes = info.data.get("task"), _classes_of(info)
     if task is None or not classes:
         return None
     errors = ErrorCollector()
@@ -357,9 +372,14 @@ class SpecBody(BodyModel):
     model: Name
     checkpoint: Text
     task: Task
-    classes: Annotated[list[Text], Len(0, MAX_CLASSES)] | None = Field(
-        default=None, validate_default=True
-    )
+    classes: (
+        Annotated[
+            list[Text],
+            Len(0, MAX_CLASSES),
+            reworded({"list_type": "expected a list of class names"}),
+        ]
+        | None
+    ) = Field(default=None, validate_default=True)
     objective: Objective = "nll"
     population: LongText
     outcome: LongText

@@ -11,9 +11,24 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from pydantic import PlainValidator, ValidationInfo
+from pydantic import (
+    PlainValidator,
+    ValidationError,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+)
 
-from service.common.declared import BodyModel, Declared, Fraction, Name, integer_in, problems
+from service.common.declared import (
+    JSON_INTEGER,
+    BodyModel,
+    Declared,
+    Fraction,
+    Name,
+    integer_in,
+    problem,
+    problems,
+)
 from service.common.errors import ErrorCollector
 from service.contracts.labeled_sets import LABELED_SET_SCHEMA
 
@@ -60,15 +75,30 @@ DEFAULT_GATE_POLICY: dict[str, Any] = {
     "require_disjoint_eval": True,
     "require_measured_baseline": False,
 }
-SampleCount = Annotated[int, integer_in(0, MAX_SAMPLES)]
+SampleCount = Annotated[int, integer_in(0, MAX_SAMPLES), JSON_INTEGER]
+
+
+def _fraction(value: Any, handler: ValidatorFunctionWrapHandler) -> float:
+    """A JSON number in [0, 1] (integers of any size, infinities and NaN are refused)."""
+    try:
+        return float(handler(value))
+    except ValidationError as exc:
+        not_number = exc.errors()[0]["type"] == "float_type"
+        raise problem(
+            "expected a number in [0, 1]" if not_number else "must be a number in [0, 1]"
+        ) from None
+
+
+#: A number in [0, 1], its messages saying so.
+GateFraction = Annotated[Fraction, WrapValidator(_fraction)]
 
 
 class GatePolicy(BodyModel):
     """The gate policy; absent fields take their defaults (``DEFAULT_GATE_POLICY``), an absent
     or null ``max_ece`` is the contract policy's."""
 
-    max_ece: Fraction | None = None
-    max_ece_ci_upper: Fraction | None = None
+    max_ece: GateFraction | None = None
+    max_ece_ci_upper: GateFraction | None = None
     min_eval_samples: SampleCount = DEFAULT_GATE_POLICY["min_eval_samples"]
     min_bin_samples: SampleCount = DEFAULT_GATE_POLICY["min_bin_samples"]
     require_nll_improvement: bool = DEFAULT_GATE_POLICY["require_nll_improvement"]
