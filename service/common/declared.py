@@ -39,6 +39,7 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    ModelWrapValidatorHandler,
     PlainValidator,
     StringConstraints,
     ValidationError,
@@ -47,7 +48,7 @@ from pydantic import (
     WithJsonSchema,
     WrapValidator,
 )
-from pydantic_core import PydanticCustomError
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from service.common.errors import ErrorCollector
 from service.common.values import (
@@ -122,19 +123,25 @@ def describe_pattern(pattern: str, message: str) -> str:
     return pattern
 
 
-def _choice(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
-    """A value that is not even text of 1-200 characters says so, as text does."""
-    try:
-        return handler(value)
-    except ValidationError:
-        if not isinstance(value, str) or not value.strip():
-            raise problem("expected a non-empty string") from None
-        if len(value) > MAX_CHOICE_LENGTH:
-            raise problem(f"longer than {MAX_CHOICE_LENGTH} characters") from None
-        found = text_problem(value)
-        if found is not None:
-            raise problem(found) from None
-        raise
+def text_first(max_length: int) -> WrapValidator:
+    """A validator that reports a refused value which is not even text of 1-``max_length``
+    characters as text reports it (blank, too long, a NUL or a lone surrogate); the value's own
+    rule (one of some choices, a pattern) speaks for the rest. Put it last in an ``Annotated``."""
+
+    def check(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        try:
+            return handler(value)
+        except ValidationError:
+            if not isinstance(value, str) or not value.strip():
+                raise problem("expected a non-empty string") from None
+            if len(value) > max_length:
+                raise problem(f"longer than {max_length} characters") from None
+            found = text_problem(value)
+            if found is not None:
+                raise problem(found) from None
+            raise
+
+    return WrapValidator(check)
 
 
 #: The longest text a choice is read as before it is compared with the choices.
@@ -143,7 +150,7 @@ MAX_CHOICE_LENGTH = 200
 
 def one_of(choices: Sequence[str]) -> Any:
     """``Literal[*choices]``: one of the strings, stated as an ``enum``."""
-    return Annotated[Literal[tuple(choices)], WrapValidator(_choice)]
+    return Annotated[Literal[tuple(choices)], text_first(MAX_CHOICE_LENGTH)]
 
 
 class BodyModel(BaseModel):
@@ -169,6 +176,44 @@ def problems(errors: ErrorCollector, *, at_field: bool = True) -> PydanticCustom
         "{count} problems",
         {"count": errors.total, "problems": details, "at_field": at_field},
     )
+
+
+def validated_then(
+    model: type[M],
+    value: Any,
+    handler: ModelWrapValidatorHandler[M],
+    extra: Sequence[tuple[tuple[str | int, ...], str]],
+) -> M:
+    """``handler(value)`` (a wrap model validator's), with the ``extra`` problems, ``(loc,
+    message)`` relative to the model, raised after any the handler found: a rule that must be
+    reported even when other fields of the model are invalid."""
+    try:
+        validated = handler(value)
+    except ValidationError as exc:
+        if not extra:
+            raise
+        found = [
+            InitErrorDetails(
+                type=PydanticCustomError(
+                    e["type"], "{calmon_msg}", {**(e.get("ctx") or {}), "calmon_msg": e["msg"]}
+                ),
+                loc=tuple(e["loc"]),
+                input=None,
+            )
+            for e in exc.errors(include_url=False, include_input=False)
+        ]
+        raise ValidationError.from_exception_data(
+            model.__name__, [*found, *(_extra(loc, message) for loc, message in extra)]
+        ) from None
+    if extra:
+        raise ValidationError.from_exception_data(
+            model.__name__, [_extra(loc, message) for loc, message in extra]
+        )
+    return validated
+
+
+def _extra(loc: tuple[str | int, ...], message: str) -> InitErrorDetails:
+    return InitErrorDetails(type=problem(message), loc=loc, input=None)
 
 
 def _not_blank(value: str) -> str:

@@ -36,6 +36,7 @@ from annotated_types import Len
 from pydantic import (
     AfterValidator,
     Field,
+    ModelWrapValidatorHandler,
     PlainValidator,
     StringConstraints,
     ValidationInfo,
@@ -80,6 +81,8 @@ from service.common.declared import (
     one_of,
     problems,
     reworded,
+    text_first,
+    validated_then,
 )
 from service.common.errors import ErrorCollector, LeakageError
 from service.common.values import finite_float, format_timestamp
@@ -102,6 +105,7 @@ DEFAULT_BINARY_CLASSES = ("negative", "positive")
 DEFAULT_POLICY: dict[str, Any] = {"max_ece": 0.05, "max_ece_increase": 0.02, "min_labeled": 200}
 MIN_COST = 1e-6
 MAX_TEXT_LENGTH = 2000
+_SHA256_HEX = 64
 METHODS = (*sorted({m for methods in FIT_METHODS.values() for m in methods}), "auto")
 
 if TYPE_CHECKING:
@@ -122,6 +126,7 @@ Fingerprint = Annotated[
         )
     ),
     AfterValidator(str.lower),
+    text_first(_SHA256_HEX),
 ]
 Cost = Annotated[float, NO_INF_NAN, number_in(MIN_COST, MAX_COST), FINITE]
 Edge = Annotated[float, NO_INF_NAN, number_in(0, 1), FINITE]
@@ -228,11 +233,12 @@ class DriftPolicyBody(BodyModel):
     c_fp: Annotated[Cost, Field(default=None)]
     c_fn: Annotated[Cost, Field(default=None)]
 
-    @model_validator(mode="after")
-    def _both_costs(self) -> Self:
-        if ("c_fp" in self.model_fields_set) != ("c_fn" in self.model_fields_set):
-            raise problems(_one("c_fp", "set both c_fp and c_fn, or neither"), at_field=False)
-        return self
+    @model_validator(mode="wrap")
+    @classmethod
+    def _both_costs(cls, value: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
+        lonely = isinstance(value, dict) and ("c_fp" in value) != ("c_fn" in value)
+        extra = [(("c_fp",), "set both c_fp and c_fn, or neither")] if lonely else []
+        return validated_then(cls, value, handler, extra)
 
     def stored(self) -> dict[str, Any]:
         """The policy's stored form: every threshold, the costs if set."""
@@ -423,13 +429,18 @@ class FitBody(SpecBody):
     fit: Annotated[Any, PlainValidator(_labeled_set)]
     eval: Annotated[Any, PlainValidator(_labeled_set)]
 
-    @field_validator("method", mode="after")
+    @model_validator(mode="wrap")
     @classmethod
-    def _method_fits_task(cls, value: str, info: ValidationInfo) -> str:
-        problem = method_problem(value, info.data.get("task"))
-        if problem is not None:
-            raise _problems_at("method", problem)
-        return value
+    def _method_fits_task(cls, value: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
+        """A valid method that does not fit a valid task, reported after every other problem."""
+        method = value.get("method") if isinstance(value, dict) else None
+        task = value.get("task") if isinstance(value, dict) else None
+        problem = (
+            method_problem(method, task if task in TASKS else None)
+            if isinstance(method, str) and method in METHODS
+            else None
+        )
+        return validated_then(cls, value, handler, [(("method",), problem)] if problem else [])
 
 
 def _spec_schema(schema: dict[str, Any]) -> None:
