@@ -254,21 +254,8 @@ Text = Annotated[str, text_field(), NOT_BLANK]
 LongText = Annotated[str, text_field(2000), NOT_BLANK]
 
 
-def _name(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
-    """A name refused as any text is (blank, a NUL, a lone surrogate) says so, as text does."""
-    try:
-        return handler(value)
-    except ValidationError:
-        if isinstance(value, str) and value and not value.strip():
-            raise problem("expected a non-empty string") from None
-        found = text_problem(value) if isinstance(value, str) else None
-        if found is not None:
-            raise problem(found) from None
-        raise
-
-
 #: A name (``NAME_PATTERN``): a model, a contract id.
-Name = Annotated[str, text_field(200, NAME_JSON_PATTERN), WrapValidator(_name)]
+Name = Annotated[str, text_field(200, NAME_JSON_PATTERN), text_first(200)]
 
 
 def number_in(minimum: float | None = None, maximum: float | None = None) -> Interval:
