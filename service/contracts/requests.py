@@ -43,6 +43,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from service.calibration import (
     CalibrationInputError,
@@ -132,10 +133,11 @@ Cost = Annotated[float, NO_INF_NAN, number_in(MIN_COST, MAX_COST), FINITE]
 Edge = Annotated[float, NO_INF_NAN, number_in(0, 1), FINITE]
 
 
-def _problems_at(field: str, message: str) -> Any:
+def _problems_at(field: str, message: str, *, at_field: bool = True) -> PydanticCustomError:
+    """One problem at ``field``, a path relative to the model (``problems``)."""
     errors = ErrorCollector()
     errors.add(field, message)
-    return problems(errors)
+    return problems(errors, at_field=at_field)
 
 
 def _calibration_field(errors: ErrorCollector, field: str, exc: CalibrationInputError) -> None:
@@ -152,18 +154,12 @@ class DataWindowBody(BodyModel):
     @model_validator(mode="after")
     def _ordered(self) -> Self:
         if self.end < self.start:
-            raise problems(_one("end", "must not be before data_window.start"), at_field=False)
+            raise _problems_at("end", "must not be before data_window.start", at_field=False)
         return self
 
     def window(self) -> DataWindow:
         """The stored form: both ends in calmon's one timestamp form."""
         return DataWindow(format_timestamp(self.start), format_timestamp(self.end))
-
-
-def _one(field: str, message: str) -> ErrorCollector:
-    errors = ErrorCollector()
-    errors.add(field, message)
-    return errors
 
 
 class SplitBody(BodyModel):
