@@ -17,9 +17,11 @@ Conventions:
   relative to its model and raises ``problems(errors)``, so one field may report several
   problems at paths of its own choosing.
 * ``collect`` turns a ``ValidationError`` into the ``ErrorCollector`` details calmon replies
-  with: paths as ``a.b[3].c``, today's messages (``message_of``), and the order the replies have
-  always had: in each object its unknown keys first, then its missing required keys, then its
-  fields in declaration order.
+  with: paths as ``a.b[3].c``, calmon's messages (``message_of``, shared with
+  ``service.common.values``), and calmon's order: in each object its unknown keys first, then
+  its missing required keys, then its fields in declaration order.
+* A rule that must be reported even when other fields of its model are invalid (two keys that
+  come together) is a wrap model validator ending in ``validated_then``.
 * ``Declared`` pairs a model with its component name in the OpenAPI document; its ``schema()``
   is self-contained (``$defs`` inlined, no ``$ref``) and keeps no titles.
 """
@@ -118,7 +120,7 @@ def reworded(messages: Mapping[str, str]) -> WrapValidator:
 
 
 def describe_pattern(pattern: str, message: str) -> str:
-    """``pattern``, whose mismatch is reported as ``message`` from now on."""
+    """``pattern``, registered so that a string it refuses is reported as ``message``."""
     PATTERN_MESSAGES[pattern] = message
     return pattern
 
@@ -326,7 +328,7 @@ def _choices(expected: str) -> str:
 
 
 def message_of(kind: str, ctx: Mapping[str, Any], fallback: str) -> str:
-    """Today's message for a pydantic error of type ``kind`` (its ``ctx``); ``fallback``,
+    """Calmon's message for a pydantic error of type ``kind`` (its ``ctx``); ``fallback``,
     pydantic's own, for a type calmon's bodies do not meet."""
     match kind:
         case "missing":
