@@ -1,14 +1,10 @@
-"""Request bodies declared once: each declaration validates a decoded JSON value, recording every
-problem with its path, and states its JSON Schema, which the OpenAPI document serves.
+"""JSON Schema fragments written as small declarations, for schemas no model validates.
 
-A declaration is a tree of fields. The leaves wrap the value checks of ``service.common.values``
-(their messages and bounds); ``Obj`` is an object with known keys, some required; ``Custom``
-holds a parser that needs the values parsed before it (a contract's classes depend on its task)
-together with the schema of what it accepts. ``Obj.parse`` parses its fields in declaration
-order and hands each the values parsed so far (``Context.values``).
-
-Absent and ``null`` are the same for an optional field whose declaration is ``nullable``; an
-absent optional field otherwise takes its ``default`` (``MISSING``: left out of the result).
+Request bodies are pydantic models (``service.common.declared``), which validate and state
+their schemas. What remains here states schemas only: the baseline's readings
+(``service.contracts.baseline_checks``, which ``parse_baseline`` checks by hand against the
+contract) and the fragments the OpenAPI document reuses (a name, a timestamp). Each
+declaration's ``schema()`` is its JSON Schema; ``nullable`` adds ``null``.
 """
 
 from __future__ import annotations
@@ -16,58 +12,13 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
 from typing import Any
 
-from service.common.errors import ErrorCollector
-from service.common.values import (
-    MAX_JSON_INTEGER,
-    expect_int,
-    expect_number,
-    expect_object,
-    expect_str,
-    expect_timestamp,
-)
+from service.common.declared import NO_NUL_PATTERN, TIMESTAMP_SCHEMA, json_pattern
+from service.common.values import MAX_JSON_INTEGER
 
-
-class _Missing:
-    def __repr__(self) -> str:
-        return "MISSING"
-
-
-MISSING: Any = _Missing()
-
-
-@dataclass
-class Context:
-    """What a field's parser may know besides its value: the time of receipt, the values of the
-    enclosing object parsed so far, the batch item index (if any), and what the request is about
-    (``about``: a contract's task and classes, say)."""
-
-    now: datetime
-    values: dict[str, Any] = field(default_factory=dict)
-    item: int | None = None
-    about: Mapping[str, Any] = field(default_factory=dict)
-
-
-def json_pattern(pattern: re.Pattern[str]) -> str:
-    """A Python ``fullmatch`` pattern as a JSON Schema (ECMA 262) pattern anchored at both ends."""
-    text = pattern.pattern.removesuffix(r"\Z").removesuffix("$").removeprefix("^")
-    return f"^{text}$"
-
-
-#: Text without NUL (PostgreSQL's text cannot hold one): ``\u0000`` reads as NUL in ECMA 262
-#: patterns as in Python's.
-NO_NUL_PATTERN = r"^[^\u0000]*$"
-#: An RFC 3339 timestamp with a zone, from the year 2000 on (the earliest accepted; the latest,
-#: a day after receipt, moves with the clock and is left to validation).
-TIMESTAMP_SCHEMA: dict[str, Any] = {
-    "type": "string",
-    "format": "date-time",
-    "pattern": r"^[2-9][0-9]{3}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?"
-    r"([Zz]|[+-][0-9]{2}:[0-9]{2})$",
-}
+__all__ = ["Custom", "Field", "Integer", "Number", "Obj", "Text", "Timestamp", "json_pattern"]
 
 
 def _nullable(schema: dict[str, Any], nullable: bool) -> dict[str, Any]:
@@ -80,25 +31,11 @@ def _nullable(schema: dict[str, Any], nullable: bool) -> dict[str, Any]:
 
 
 class Field(ABC):
-    """A declared field: ``parse`` records problems in ``errors`` and returns the value (None when
-    it is unusable), ``schema`` is its JSON Schema."""
-
-    nullable: bool = False
-    default: Any = MISSING
-
-    @abstractmethod
-    def parse(self, value: Any, path: str, errors: ErrorCollector, context: Context) -> Any:
-        """The parsed value of ``value`` found at ``path``."""
+    """A declared field: ``schema`` is its JSON Schema."""
 
     @abstractmethod
     def schema(self) -> dict[str, Any]:
         """The field's JSON Schema."""
-
-    def absent(self, path: str, errors: ErrorCollector, context: Context) -> Any:
-        """The value of the field when the key is missing from an optional position."""
-        if self.nullable:
-            return self.parse(None, path, errors, context)
-        return self.default
 
 
 @dataclass(frozen=True)
@@ -110,20 +47,6 @@ class Text(Field):
     pattern: re.Pattern[str] | None = None
     choices: tuple[str, ...] | None = None
     nullable: bool = False
-    default: Any = MISSING
-
-    def parse(self, value: Any, path: str, errors: ErrorCollector, context: Context) -> Any:
-        if value is None and self.nullable:
-            return None
-        return expect_str(
-            value,
-            path,
-            errors,
-            max_length=self.max_length,
-            pattern=self.pattern,
-            choices=self.choices,
-            item=context.item,
-        )
 
     def schema(self) -> dict[str, Any]:
         out: dict[str, Any] = {"type": "string"}
@@ -143,14 +66,6 @@ class Number(Field):
     minimum: float | None = None
     maximum: float | None = None
     nullable: bool = False
-    default: Any = MISSING
-
-    def parse(self, value: Any, path: str, errors: ErrorCollector, context: Context) -> Any:
-        if value is None and self.nullable:
-            return None
-        return expect_number(
-            value, path, errors, minimum=self.minimum, maximum=self.maximum, item=context.item
-        )
 
     def schema(self) -> dict[str, Any]:
         out: dict[str, Any] = {"type": "number"}
@@ -163,16 +78,11 @@ class Number(Field):
 
 @dataclass(frozen=True)
 class Integer(Field):
-    """A JSON integer (``3``, not ``3.0`` or ``true``) within the bounds."""
+    """A JSON integer (``3``, not ``3.0`` or ``true``) within the bounds (at most
+    ``MAX_JSON_INTEGER`` when no maximum is given)."""
 
     minimum: int | None = None
     maximum: int | None = None
-    default: Any = MISSING
-
-    def parse(self, value: Any, path: str, errors: ErrorCollector, context: Context) -> Any:
-        return expect_int(
-            value, path, errors, minimum=self.minimum, maximum=self.maximum, item=context.item
-        )
 
     def schema(self) -> dict[str, Any]:
         out: dict[str, Any] = {"type": "integer"}
@@ -184,76 +94,19 @@ class Integer(Field):
 
 @dataclass(frozen=True)
 class Timestamp(Field):
-    """An RFC 3339 timestamp with a zone, within the accepted range around the receipt."""
-
-    def parse(self, value: Any, path: str, errors: ErrorCollector, context: Context) -> Any:
-        return expect_timestamp(value, path, errors, now=context.now, item=context.item)
+    """An RFC 3339 timestamp with a zone (``declared.TIMESTAMP_SCHEMA``)."""
 
     def schema(self) -> dict[str, Any]:
         return dict(TIMESTAMP_SCHEMA)
 
 
 @dataclass(frozen=True)
-class Flag(Field):
-    """``true`` or ``false``."""
-
-    default: Any = MISSING
-
-    def parse(self, value: Any, path: str, errors: ErrorCollector, context: Context) -> Any:
-        if not isinstance(value, bool):
-            errors.add(path, "expected true or false", context.item)
-            return None
-        return value
-
-    def schema(self) -> dict[str, Any]:
-        return {"type": "boolean"}
-
-
-@dataclass(frozen=True)
 class Obj(Field):
-    """An object with the declared keys only, the ``required`` ones present.
-
-    ``parse`` returns ``{key: parsed value}`` for every present key, and for absent optional ones
-    their ``absent`` value (left out when it is ``MISSING``); None when the value is not an object.
-    """
+    """An object with the declared keys only, the ``required`` ones present."""
 
     fields: Mapping[str, Field]
     required: tuple[str, ...] = ()
     nullable: bool = False
-
-    def parse(self, value: Any, path: str, errors: ErrorCollector, context: Context) -> Any:
-        if value is None and self.nullable:
-            return None
-        obj = expect_object(
-            value, path, errors, required=self.required, optional=self.fields, item=context.item
-        )
-        if obj is None:
-            return None
-        inner = Context(context.now, {}, context.item, context.about)
-        prefix = f"{path}." if path else ""
-        for name, spec in self.fields.items():
-            where = f"{prefix}{name}"
-            if name in obj:
-                inner.values[name] = spec.parse(obj[name], where, errors, inner)
-            elif name not in self.required:
-                parsed = spec.absent(where, errors, inner)
-                if parsed is not MISSING:
-                    inner.values[name] = parsed
-        return inner.values
-
-    def parse_or(
-        self,
-        defaults: Mapping[str, Any],
-        value: Any,
-        path: str,
-        errors: ErrorCollector,
-        context: Context,
-    ) -> dict[str, Any]:
-        """``defaults`` for ``null``; else the parsed object ({} when it is not one)."""
-        if value is None:
-            return dict(defaults)
-        parsed = self.parse(value, path, errors, context)
-        return {} if parsed is None else parsed
 
     def schema(self) -> dict[str, Any]:
         out = {
@@ -265,49 +118,14 @@ class Obj(Field):
         return _nullable(out, self.nullable)
 
 
-Parser = Callable[[Any, str, ErrorCollector, Context], Any]
-
-
 @dataclass(frozen=True)
 class Custom(Field):
-    """A field whose parser needs more than its value (the values parsed before it), declared
-    with the schema of what it accepts."""
+    """A field whose rules are checked elsewhere, declared with the schema of what it accepts
+    (``parser`` is kept for the declarations that name one; nothing calls it)."""
 
-    parser: Parser
+    parser: Callable[..., Any]
     json_schema: Mapping[str, Any]
     nullable: bool = False
-    default: Any = MISSING
-
-    def parse(self, value: Any, path: str, errors: ErrorCollector, context: Context) -> Any:
-        return self.parser(value, path, errors, context)
 
     def schema(self) -> dict[str, Any]:
         return dict(self.json_schema)
-
-
-@dataclass(frozen=True)
-class Body:
-    """A request body: its name in the OpenAPI document and its declaration; ``all_of`` adds
-    schemas the body must also satisfy (rules that tie fields together, such as which inputs a
-    task takes), for the document only: the declaration's parse enforces them."""
-
-    name: str
-    declaration: Obj
-    all_of: tuple[dict[str, Any], ...] = ()
-
-    def parse(
-        self,
-        body: Any,
-        errors: ErrorCollector,
-        now: datetime,
-        about: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        """The parsed fields (a problem recorded for each unusable one)."""
-        values = self.declaration.parse(body, "", errors, Context(now, about=about or {}))
-        return {} if values is None else values
-
-    def schema(self) -> dict[str, Any]:
-        out = self.declaration.schema()
-        if self.all_of:
-            out["allOf"] = list(self.all_of)
-        return out

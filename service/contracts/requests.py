@@ -29,9 +29,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
 import numpy as np
+from annotated_types import Len
+from pydantic import (
+    AfterValidator,
+    Field,
+    ModelWrapValidatorHandler,
+    PlainValidator,
+    StringConstraints,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from service.calibration import (
     CalibrationInputError,
@@ -50,19 +62,31 @@ from service.calibration.calibrators import (
     task_problem,
 )
 from service.calibration.families_schema import FAMILY_SCHEMAS
-from service.common.errors import ErrorCollector, LeakageError
-from service.common.fields import (
-    Body,
-    Context,
-    Custom,
-    Field,
-    Integer,
-    Number,
-    Obj,
+from service.common.declared import (
+    FINITE,
+    JSON_INTEGER,
+    NO_INF_NAN,
+    BodyModel,
+    Declared,
+    Fraction,
+    LongText,
+    Name,
     Text,
     Timestamp,
+    collect,
+    context_of,
+    describe_pattern,
+    inline_schema,
+    integer_in,
+    number_in,
+    one_of,
+    problems,
+    reworded,
+    text_first,
+    validated_then,
 )
-from service.common.values import NAME_PATTERN, expect_str, finite_float, format_timestamp
+from service.common.errors import ErrorCollector, LeakageError
+from service.common.values import finite_float, format_timestamp
 from service.contracts.baseline_checks import BASELINE_SCHEMA, MAX_COST, parse_baseline
 from service.contracts.labeled_sets import LABELED_SET_SCHEMA, LabeledSet, parse_labeled_set
 from service.contracts.model import (
@@ -79,12 +103,41 @@ from service.contracts.model import (
 
 OBJECTIVES = ("nll",)
 DEFAULT_BINARY_CLASSES = ("negative", "positive")
-DEFAULT_POLICY = {"max_ece": 0.05, "max_ece_increase": 0.02, "min_labeled": 200}
+DEFAULT_POLICY: dict[str, Any] = {"max_ece": 0.05, "max_ece_increase": 0.02, "min_labeled": 200}
 MIN_COST = 1e-6
 MAX_TEXT_LENGTH = 2000
 _SHA256_HEX = 64
+METHODS = (*sorted({m for methods in FIT_METHODS.values() for m in methods}), "auto")
 
-_FINGERPRINT_SCHEMA = {"type": ["string", "null"], "pattern": "^[0-9a-fA-F]{64}$"}
+if TYPE_CHECKING:
+    Task = str
+    Objective = str
+    Method = str
+else:
+    Task = one_of(TASKS)
+    Objective = one_of(OBJECTIVES)
+    Method = one_of(METHODS)
+
+#: A SHA-256 as 64 hexadecimal characters, stored lower-case.
+Fingerprint = Annotated[
+    str,
+    StringConstraints(
+        pattern=describe_pattern(
+            "^[0-9a-fA-F]{64}$", "expected a SHA-256 as 64 hexadecimal characters"
+        )
+    ),
+    AfterValidator(str.lower),
+    text_first(_SHA256_HEX),
+]
+Cost = Annotated[float, NO_INF_NAN, number_in(MIN_COST, MAX_COST), FINITE]
+Edge = Annotated[float, NO_INF_NAN, number_in(0, 1), FINITE]
+
+
+def _problems_at(field: str, message: str, *, at_field: bool = True) -> PydanticCustomError:
+    """One problem at ``field``, a path relative to the model (``problems``)."""
+    errors = ErrorCollector()
+    errors.add(field, message)
+    return problems(errors, at_field=at_field)
 
 
 def _calibration_field(errors: ErrorCollector, field: str, exc: CalibrationInputError) -> None:
@@ -92,75 +145,33 @@ def _calibration_field(errors: ErrorCollector, field: str, exc: CalibrationInput
     errors.add(name if name.startswith(field) else f"{field}.{name}".rstrip("."), exc.message)
 
 
-def _classes(value: Any, path: str, errors: ErrorCollector, context: Context) -> tuple[str, ...]:
-    """K unique class names; a binary contract defaults to ``[negative, positive]``."""
-    task = context.values.get("task")
-    if value is None:
-        if task == "multiclass":
-            errors.add(path, "required for a multiclass contract (K >= 2 class names)")
-        return DEFAULT_BINARY_CLASSES
-    if not isinstance(value, list):
-        errors.add(path, "expected a list of class names")
-        return ()
-    if len(value) > MAX_CLASSES:
-        errors.add(path, f"at most {MAX_CLASSES} classes (K), got {len(value)}")
-        return ()
-    names = tuple(
-        n for i, v in enumerate(value) if (n := expect_str(v, f"{path}[{i}]", errors)) is not None
-    )
-    if len(names) != len(value):
-        return ()
-    if len(set(names)) != len(names):
-        errors.add(path, "class names must be unique")
-    if task == "multiclass" and len(names) < 2:
-        errors.add(path, f"a multiclass contract needs K >= 2 classes, got {len(names)}")
-    if task == "binary" and len(names) != 2:
-        errors.add(path, "a binary contract has exactly two classes [negative, positive]")
-    return names
+class DataWindowBody(BodyModel):
+    """The period the contract's data comes from; ``end`` not before ``start``."""
+
+    start: Timestamp
+    end: Timestamp
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if self.end < self.start:
+            raise _problems_at("end", "must not be before data_window.start", at_field=False)
+        return self
+
+    def window(self) -> DataWindow:
+        """The stored form: both ends in calmon's one timestamp form."""
+        return DataWindow(format_timestamp(self.start), format_timestamp(self.end))
 
 
-_DATA_WINDOW = Obj({"start": Timestamp(), "end": Timestamp()}, required=("start", "end"))
+class SplitBody(BodyModel):
+    """How the fit and eval sets were split, with the fingerprints of their rows, if known."""
 
+    method: LongText
+    fit_fingerprint: Fingerprint | None = None
+    eval_fingerprint: Fingerprint | None = None
 
-def _data_window(value: Any, path: str, errors: ErrorCollector, context: Context) -> Any:
-    window = _DATA_WINDOW.parse(value, path, errors, context)
-    if window is None or window.get("start") is None or window.get("end") is None:
-        return None
-    start, end = window["start"], window["end"]
-    if end < start:
-        errors.add(f"{path}.end", f"must not be before {path}.start")
-    return DataWindow(format_timestamp(start), format_timestamp(end))
-
-
-def _fingerprint(value: Any, path: str, errors: ErrorCollector, context: Context) -> str | None:
-    """A SHA-256 as 64 hexadecimal characters (stored lower-case), or null."""
-    if value is None:
-        return None
-    text = expect_str(value, path, errors, max_length=_SHA256_HEX)
-    if text is None:
-        return None
-    hex_part = text.lower()
-    if len(hex_part) != _SHA256_HEX or any(c not in "0123456789abcdef" for c in hex_part):
-        errors.add(path, "expected a SHA-256 as 64 hexadecimal characters")
-        return None
-    return hex_part
-
-
-_SPLIT = Obj(
-    {
-        "method": Text(max_length=MAX_TEXT_LENGTH),
-        "fit_fingerprint": Custom(_fingerprint, _FINGERPRINT_SCHEMA, nullable=True),
-        "eval_fingerprint": Custom(_fingerprint, _FINGERPRINT_SCHEMA, nullable=True),
-    },
-    required=("method",),
-)
-
-
-def _split(value: Any, path: str, errors: ErrorCollector, context: Context) -> Split | None:
-    split = _SPLIT.parse(value, path, errors, context)
-    if split is None or split.get("method") is None:
-        return None
-    return Split(split["method"], split.get("fit_fingerprint"), split.get("eval_fingerprint"))
+    def split(self) -> Split:
+        """The stored form."""
+        return Split(self.method, self.fit_fingerprint, self.eval_fingerprint)
 
 
 @dataclass(frozen=True)
@@ -171,190 +182,288 @@ class EqualMass:
     bins: int
 
 
-_EQUAL_MASS = Obj({"equal_mass": Integer(1, MAX_BIN_EDGES - 1)}, required=("equal_mass",))
+class EqualMassBody(BodyModel):
+    """``{"equal_mass": M}``: M bins of equal mass, M in [1, MAX_BIN_EDGES - 1]."""
+
+    equal_mass: Annotated[int, integer_in(1, MAX_BIN_EDGES - 1), JSON_INTEGER]
 
 
-def _edges(
-    value: Any, path: str, errors: ErrorCollector, context: Context
-) -> tuple[float, ...] | EqualMass:
+def _edges(value: Any, info: ValidationInfo) -> tuple[float, ...] | EqualMass:
     """Strictly increasing from 0 to 1, at most ``MAX_BIN_EDGES``; default 15 equal bins; or,
     in a fit request, ``{"equal_mass": M}`` with M in [1, MAX_BIN_EDGES - 1]."""
+    path = info.field_name or "bin_edges"
+    errors = ErrorCollector()
     if value is None:
         return tuple(float(e) for e in default_edges())
     if isinstance(value, dict):
-        parsed = _EQUAL_MASS.parse(value, path, errors, context)
-        if parsed is None or parsed.get("equal_mass") is None:
-            return ()
-        return EqualMass(int(parsed["equal_mass"]))
+        parsed = collect(EqualMassBody, value, errors, context_of(info), path=path)
+        if parsed is None:
+            raise problems(errors)
+        return EqualMass(parsed.equal_mass)
     if not isinstance(value, list):
-        errors.add(path, "expected a list of numbers")
-        return ()
+        raise _problems_at(path, "expected a list of numbers")
     if len(value) > MAX_BIN_EDGES:
-        errors.add(path, f"at most {MAX_BIN_EDGES} edges, got {len(value)}")
-        return ()
+        raise _problems_at(path, f"at most {MAX_BIN_EDGES} edges, got {len(value)}")
     for i, v in enumerate(value):
         if isinstance(v, bool) or not isinstance(v, int | float) or finite_float(v) is None:
-            errors.add(f"{path}[{i}]", "expected a finite number")
-            return ()
+            raise _problems_at(f"{path}[{i}]", "expected a finite number")
     try:
         return tuple(float(e) for e in validate_edges(np.asarray(value, dtype=np.float64)))
     except CalibrationInputError as exc:
-        errors.add(path, str(exc))
-        return ()
+        raise _problems_at(path, str(exc)) from None
 
 
-#: A drift policy; absent thresholds take ``DEFAULT_POLICY``'s values.
-DRIFT_POLICY = Obj(
-    {
-        "max_ece": Number(0, 1, default=DEFAULT_POLICY["max_ece"]),
-        "max_ece_increase": Number(0, 1, default=DEFAULT_POLICY["max_ece_increase"]),
-        "min_labeled": Integer(0, default=DEFAULT_POLICY["min_labeled"]),
-        "c_fp": Number(MIN_COST, MAX_COST),
-        "c_fn": Number(MIN_COST, MAX_COST),
-    }
-)
+#: What ``bin_edges`` accepts: a list of edges (the first 0, the last 1, strictly increasing:
+#: validation states it) or ``{"equal_mass": M}``, or null for the default.
+EdgesInput = Annotated[list[Edge], Len(2, MAX_BIN_EDGES)] | EqualMassBody | None
 
 
-def _policy(value: Any, path: str, errors: ErrorCollector, context: Context) -> dict[str, Any]:
-    """A drift policy's stored form; ``null`` or absent is every default."""
-    policy = DRIFT_POLICY.parse_or(DEFAULT_POLICY, value, path, errors, context)
-    if isinstance(value, dict) and ("c_fp" in value) != ("c_fn" in value):
-        errors.add(f"{path}.c_fp", "set both c_fp and c_fn, or neither")
-    return policy
+class DriftPolicyBody(BodyModel):
+    """A drift policy; absent thresholds take ``DEFAULT_POLICY``'s values; ``c_fp`` and
+    ``c_fn`` come together or not at all."""
+
+    max_ece: Fraction = DEFAULT_POLICY["max_ece"]
+    max_ece_increase: Fraction = DEFAULT_POLICY["max_ece_increase"]
+    min_labeled: Annotated[int, integer_in(0), JSON_INTEGER] = DEFAULT_POLICY["min_labeled"]
+    # Absent (None) or a number: null is refused, as any value that is not a number.
+    c_fp: Annotated[Cost, Field(default=None)]
+    c_fn: Annotated[Cost, Field(default=None)]
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _both_costs(cls, value: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
+        lonely = isinstance(value, dict) and ("c_fp" in value) != ("c_fn" in value)
+        extra = [(("c_fp",), "set both c_fp and c_fn, or neither")] if lonely else []
+        return validated_then(cls, value, handler, extra)
+
+    def stored(self) -> dict[str, Any]:
+        """The policy's stored form: every threshold, the costs if set."""
+        return {**DEFAULT_POLICY, **self.model_dump(exclude_unset=True)}
+
+
+#: A drift policy (the OpenAPI document states it beside the contract replies).
+DRIFT_POLICY = Declared("DriftPolicy", DriftPolicyBody)
 
 
 def parse_policy(value: Any, errors: ErrorCollector, path: str = "policy") -> dict[str, Any]:
-    """Validate a drift policy (defaults fill missing thresholds); return its stored form."""
-    return _policy(value, path, errors, Context(datetime.now(UTC)))
+    """Validate a drift policy (defaults fill missing thresholds); return its stored form
+    (every default for ``null``; ``{}`` after recording the problems of an invalid one)."""
+    if value is None:
+        return dict(DEFAULT_POLICY)
+    parsed = DRIFT_POLICY.parse(value, errors, datetime.now(UTC), path=path)
+    return {} if parsed is None else parsed.stored()
 
 
-def _calibrator(value: Any, path: str, errors: ErrorCollector, context: Context) -> Any:
-    """A calibrator for the contract's task within the parameter bounds a client may set."""
-    task, classes = context.values.get("task"), context.values.get("classes")
-    try:
-        calibrator = calibrator_from_dict(value, len(classes) if classes else None)
-        check_bounds(calibrator)
-    except CalibrationInputError as exc:
-        _calibration_field(errors, path, exc)
-        return None
-    problem = task_problem(calibrator, task)
-    if problem is not None:
-        errors.add(*problem)
-    if task == "multiclass" and not classes:
-        return None
-    return calibrator
+class TemperatureBody(BodyModel):
+    method: Literal["temperature"]
+    temperature: Annotated[float, NO_INF_NAN, number_in(MIN_TEMPERATURE, MAX_TEMPERATURE), FINITE]
 
 
+class PlattBody(BodyModel):
+    method: Literal["platt"]
+    slope: Annotated[float, NO_INF_NAN, number_in(MIN_PLATT_SLOPE, MAX_PLATT_SLOPE), FINITE]
+    intercept: Annotated[
+        float, NO_INF_NAN, number_in(-MAX_PLATT_INTERCEPT, MAX_PLATT_INTERCEPT), FINITE
+    ]
+
+
+class IdentityBody(BodyModel):
+    method: Literal["identity"]
+
+
+#: The calibrators a client may register: the parametric ones, identity, and the families.
 CALIBRATOR_SCHEMA: dict[str, Any] = {
     "oneOf": [
-        Obj(
-            {
-                "method": Text(choices=("temperature",)),
-                "temperature": Number(MIN_TEMPERATURE, MAX_TEMPERATURE),
-            },
-            required=("method", "temperature"),
-        ).schema(),
-        Obj(
-            {
-                "method": Text(choices=("platt",)),
-                "slope": Number(MIN_PLATT_SLOPE, MAX_PLATT_SLOPE),
-                "intercept": Number(-MAX_PLATT_INTERCEPT, MAX_PLATT_INTERCEPT),
-            },
-            required=("method", "slope", "intercept"),
-        ).schema(),
-        Obj({"method": Text(choices=("identity",))}, required=("method",)).schema(),
+        *(inline_schema(m.model_json_schema()) for m in (TemperatureBody, PlattBody, IdentityBody)),
         *FAMILY_SCHEMAS,
     ]
 }
 
 
-def _baseline(value: Any, path: str, errors: ErrorCollector, context: Context) -> Any:
-    values = context.values
+def _classes(value: list[str] | None, info: ValidationInfo) -> list[str]:
+    """K unique class names; a binary contract defaults to ``[negative, positive]``.
+
+    Names refused only by a rule over them (unique, K for the task) still serve the rules after
+    them, as does the binary default when a multiclass contract lists none: the context keeps
+    them as ``sent_classes`` (``_classes_of``)."""
+    task = info.data.get("task")
+    names = list(DEFAULT_BINARY_CLASSES) if value is None else value
+    if isinstance(info.context, dict):
+        info.context["sent_classes"] = names
+    errors = ErrorCollector()
+    if value is None and task == "multiclass":
+        errors.add("classes", "required for a multiclass contract (K >= 2 class names)")
+    elif value is not None:
+        if len(set(value)) != len(value):
+            errors.add("classes", "class names must be unique")
+        if task == "multiclass" and len(value) < 2:
+            errors.add("classes", f"a multiclass contract needs K >= 2 classes, got {len(value)}")
+        if task == "binary" and len(value) != 2:
+            errors.add("classes", "a binary contract has exactly two classes [negative, positive]")
+    if errors:
+        raise problems(errors)
+    return names
+
+
+def _classes_of(info: ValidationInfo) -> list[str] | None:
+    """The contract's class names: the valid ones, else those ``_classes`` kept (None when
+    the names themselves were not valid text)."""
+    classes = info.data.get("classes")
+    return classes if classes is not None else context_of(info).get("sent_classes")
+
+
+def _calibrator(value: Any, info: ValidationInfo) -> Any:
+    """A calibrator for the contract's task within the parameter bounds a client may set."""
+    task, classes = info.data.get("task"), _classes_of(info)
+    errors = ErrorCollector()
+    try:
+        calibrator = calibrator_from_dict(value, len(classes) if classes else None)
+        check_bounds(calibrator)
+    except CalibrationInputError as exc:
+        _calibration_field(errors, "calibrator", exc)
+        raise problems(errors) from None
+    problem = task_problem(calibrator, task)
+    if problem is not None:
+        errors.add(*problem)
+        raise problems(errors)
+    if task == "multiclass" and not classes:
+        return None
+    return calibrator
+
+
+def _baseline(value: Any, info: ValidationInfo) -> Any:
+    """The baseline checked against the contract (``parse_baseline``), as given."""
+    values = info.data
     if values.get("task") is None:
         return None
     if isinstance(values.get("bin_edges"), EqualMass):
-        errors.add("bin_edges", "equal_mass edges are fixed by a fit request; list the edges")
-        return None
-    return parse_baseline(
+        raise _problems_at(
+            "bin_edges", "equal_mass edges are fixed by a fit request; list the edges"
+        )
+    errors = ErrorCollector()
+    baseline = parse_baseline(
         value,
         errors,
         task=values["task"],
-        n_classes=len(values.get("classes") or ()),
+        n_classes=len(_classes_of(info) or ()),
         edges=values.get("bin_edges") or (),
     )
+    if errors:
+        raise problems(errors)
+    return baseline
 
 
-def _labeled_set(value: Any, path: str, errors: ErrorCollector, context: Context) -> Any:
-    task, classes = context.values.get("task"), context.values.get("classes")
+def _labeled_set(value: Any, info: ValidationInfo) -> Any:
+    """A labeled set of the contract's task and classes (``parse_labeled_set``)."""
+    task, classes = info.data.get("task"), _classes_of(info)
     if task is None or not classes:
         return None
-    return parse_labeled_set(value, path, task=task, classes=classes, errors=errors)
+    errors = ErrorCollector()
+    parsed = parse_labeled_set(
+        value, info.field_name or "", task=task, classes=tuple(classes), errors=errors
+    )
+    if errors:
+        raise problems(errors)
+    return parsed
 
 
-#: The fields a client supplies, common to registering and fitting, in the order they are read.
-SPEC: dict[str, Field] = {
-    "model": Text(pattern=NAME_PATTERN),
-    "checkpoint": Text(),
-    "task": Text(choices=TASKS),
-    "classes": Custom(
-        _classes,
-        {
-            "type": "array",
-            "minItems": 2,
-            "maxItems": MAX_CLASSES,
-            "uniqueItems": True,
-            "items": Text().schema(),
-        },
-        nullable=True,
-    ),
-    "objective": Text(choices=OBJECTIVES, default="nll"),
-    "population": Text(max_length=MAX_TEXT_LENGTH),
-    "outcome": Text(max_length=MAX_TEXT_LENGTH),
-    "data_window": Custom(_data_window, _DATA_WINDOW.schema()),
-    "split": Custom(_split, _SPLIT.schema()),
-    "bin_edges": Custom(
-        _edges,
-        {
-            "oneOf": [
-                {
-                    "type": "array",
-                    "prefixItems": [{"const": 0}],
-                    "items": Number(0, 1).schema(),
-                    "minItems": 2,
-                    "maxItems": MAX_BIN_EDGES,
-                },
-                _EQUAL_MASS.schema(),
-            ]
-        },
-        nullable=True,
-    ),
-    "policy": Custom(_policy, DRIFT_POLICY.schema(), nullable=True),
-}
-SPEC_REQUIRED = ("model", "checkpoint", "task", "population", "outcome", "data_window", "split")
+class SpecBody(BodyModel):
+    """The fields a client supplies, common to registering and fitting, in the order they are
+    read (a field's rules may read those before it)."""
 
-REGISTRATION = Body(
-    "ContractRegistration",
-    Obj(
-        {
-            **SPEC,
-            "calibrator": Custom(_calibrator, CALIBRATOR_SCHEMA),
-            "baseline": Custom(_baseline, BASELINE_SCHEMA),
-        },
-        required=(*SPEC_REQUIRED, "calibrator", "baseline"),
-    ),
-)
-METHODS = (*sorted({m for methods in FIT_METHODS.values() for m in methods}), "auto")
-FIT = Body(
+    model: Name
+    checkpoint: Text
+    task: Task
+    classes: (
+        Annotated[
+            list[Text],
+            Len(0, MAX_CLASSES),
+            reworded({"list_type": "expected a list of class names"}),
+        ]
+        | None
+    ) = Field(default=None, validate_default=True)
+    objective: Objective = "nll"
+    population: LongText
+    outcome: LongText
+    data_window: DataWindowBody
+    split: SplitBody
+    bin_edges: Annotated[Any, PlainValidator(_edges, json_schema_input_type=EdgesInput)] = Field(
+        default=None, validate_default=True
+    )
+    policy: DriftPolicyBody | None = None
+
+    _check_classes = field_validator("classes", mode="after")(_classes)
+
+    def spec_fields(self) -> dict[str, Any]:
+        """The spec's fields in their stored forms (``spec_of``)."""
+        return {
+            "model": self.model,
+            "checkpoint": self.checkpoint,
+            "task": self.task,
+            "classes": tuple(self.classes or ()),
+            "objective": self.objective,
+            "population": self.population,
+            "outcome": self.outcome,
+            "data_window": self.data_window.window(),
+            "split": self.split.split(),
+            "bin_edges": self.bin_edges,
+            "policy": dict(DEFAULT_POLICY) if self.policy is None else self.policy.stored(),
+        }
+
+
+class RegistrationBody(SpecBody):
+    """``POST /v1/contracts``: the spec, a calibrator and its measured baseline."""
+
+    calibrator: Annotated[Any, PlainValidator(_calibrator)]
+    baseline: Annotated[Any, PlainValidator(_baseline)]
+
+
+class FitBody(SpecBody):
+    """``POST /v1/contracts/fit``: the spec, a method and the labeled fit and eval sets."""
+
+    method: Method
+    fit: Annotated[Any, PlainValidator(_labeled_set)]
+    eval: Annotated[Any, PlainValidator(_labeled_set)]
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _method_fits_task(cls, value: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
+        """A valid method that does not fit a valid task, reported after every other problem."""
+        method = value.get("method") if isinstance(value, dict) else None
+        task = value.get("task") if isinstance(value, dict) else None
+        problem = (
+            method_problem(method, task if task in TASKS else None)
+            if isinstance(method, str) and method in METHODS
+            else None
+        )
+        return validated_then(cls, value, handler, [(("method",), problem)] if problem else [])
+
+
+def _spec_schema(schema: dict[str, Any]) -> None:
+    """What pydantic does not state: the class names' count and uniqueness, and edges that
+    hold 0 and 1, each once (no ``prefixItems``: a tuple type trips schema-driven tests)."""
+    classes = schema["properties"]["classes"]["anyOf"][0]
+    classes.update(minItems=2, uniqueItems=True)
+    edges = schema["properties"]["bin_edges"]["anyOf"][0]
+    edges.update(uniqueItems=True, allOf=[{"contains": {"const": 0}}, {"contains": {"const": 1}}])
+
+
+def _registration_schema(schema: dict[str, Any]) -> None:
+    _spec_schema(schema)
+    schema["properties"]["calibrator"] = CALIBRATOR_SCHEMA
+    schema["properties"]["baseline"] = BASELINE_SCHEMA
+
+
+def _fit_schema(schema: dict[str, Any]) -> None:
+    _spec_schema(schema)
+    schema["properties"]["fit"] = LABELED_SET_SCHEMA
+    schema["properties"]["eval"] = LABELED_SET_SCHEMA
+
+
+REGISTRATION = Declared("ContractRegistration", RegistrationBody, adjust=_registration_schema)
+FIT = Declared(
     "ContractFit",
-    Obj(
-        {
-            **SPEC,
-            "method": Text(choices=METHODS),
-            "fit": Custom(_labeled_set, LABELED_SET_SCHEMA),
-            "eval": Custom(_labeled_set, LABELED_SET_SCHEMA),
-        },
-        required=(*SPEC_REQUIRED, "method", "fit", "eval"),
-    ),
+    FitBody,
     all_of=(
         {
             "if": {"properties": {"task": {"const": "binary"}}, "required": ["task"]},
@@ -366,22 +475,33 @@ FIT = Body(
             },
         },
     ),
+    adjust=_fit_schema,
 )
-RETIREMENT = Body("Retirement", Obj({"reason": Text(max_length=MAX_TEXT_LENGTH)}, ("reason",)))
 
 
-def _spec_fields(values: Mapping[str, Any]) -> dict[str, Any]:
-    """The spec's fields of parsed values, None for those missing."""
-    return {name: values.get(name) for name in SPEC}
+class RetirementBody(BodyModel):
+    """``POST /v1/contracts/{id}/retire``: why the contract retires."""
+
+    reason: LongText
+
+
+RETIREMENT = Declared("Retirement", RetirementBody)
+SPEC = tuple(SpecBody.model_fields)
+SPEC_REQUIRED = tuple(name for name, info in SpecBody.model_fields.items() if info.is_required())
 
 
 def parse_spec_fields(
     body: Mapping[str, Any], errors: ErrorCollector, now: datetime | None = None
 ) -> dict[str, Any]:
     """Validate the client-supplied fields shared by register and fit, as in a registration
-    (``now``, default the current time, is the time of receipt); record every problem."""
-    spec_only = Body("ContractSpec", Obj(SPEC, SPEC_REQUIRED))
-    return _spec_fields(spec_only.parse(body, errors, now or datetime.now(UTC)))
+    (``now``, default the current time, is the time of receipt); record every problem and
+    return the spec's fields, None for those not valid."""
+    parsed = collect(SpecBody, body, errors, {"now": now or datetime.now(UTC)})
+    if parsed is not None:
+        return parsed.spec_fields()
+    # The task, when it is valid, for a caller that checks more against it.
+    task = body.get("task") if isinstance(body, Mapping) else None
+    return {name: None for name in SPEC} | {"task": task if task in TASKS else None}
 
 
 def check_disjoint(split: Split) -> None:
@@ -399,12 +519,11 @@ def parse_registration(body: Any, now: datetime | None = None) -> ContractSpec:
 
     ``now`` is the time of receipt (default: the current time)."""
     errors = ErrorCollector()
-    values = REGISTRATION.parse(body, errors, now or datetime.now(UTC))
+    parsed = REGISTRATION.parse(body, errors, now or datetime.now(UTC))
     errors.raise_if_any("the contract has invalid fields")
+    assert parsed is not None
     spec = spec_of(
-        _spec_fields(values),
-        calibrator=values["calibrator"],
-        baseline=Baseline(values["baseline"]),
+        parsed.spec_fields(), calibrator=parsed.calibrator, baseline=Baseline(parsed.baseline)
     )
     check_disjoint(spec.split)
     return spec
@@ -431,18 +550,16 @@ class FitRequest:
 def parse_fit_request(body: Any, now: datetime | None = None) -> FitRequest:
     """Validate the body, listing every problem in one ``ValidationFailed``."""
     errors = ErrorCollector()
-    values = FIT.parse(body, errors, now or datetime.now(UTC))
-    method = values.get("method")
-    problem = None if method is None else method_problem(method, values.get("task"))
-    if problem is not None:
-        errors.add("method", problem)
+    parsed = FIT.parse(body, errors, now or datetime.now(UTC))
     errors.raise_if_any("the fit request has invalid fields")
-    return FitRequest(_spec_fields(values), values["method"], values["fit"], values["eval"])
+    assert parsed is not None
+    return FitRequest(parsed.spec_fields(), parsed.method, parsed.fit, parsed.eval)
 
 
 def parse_retirement(body: Any, now: datetime | None = None) -> str:
     """The reason of a ``POST /v1/contracts/{id}/retire`` body."""
     errors = ErrorCollector()
-    values = RETIREMENT.parse(body, errors, now or datetime.now(UTC))
+    parsed = RETIREMENT.parse(body, errors, now or datetime.now(UTC))
     errors.raise_if_any("invalid retirement")
-    return str(values["reason"])
+    assert parsed is not None
+    return parsed.reason

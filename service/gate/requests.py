@@ -9,11 +9,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import (
+    PlainValidator,
+    ValidationError,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+)
+
+from service.common.declared import (
+    JSON_INTEGER,
+    BodyModel,
+    Declared,
+    Fraction,
+    Name,
+    integer_in,
+    problem,
+    problems,
+)
 from service.common.errors import ErrorCollector
-from service.common.fields import Body, Context, Custom, Flag, Integer, Number, Obj, Text
-from service.common.values import NAME_PATTERN
 from service.contracts.labeled_sets import LABELED_SET_SCHEMA
 
 #: Largest sample-count threshold a policy may set (more rows than any request can carry).
@@ -32,22 +48,10 @@ class GateRequest:
     evaluation: Any
 
 
-def _fraction(value: Any, path: str, errors: ErrorCollector, context: Context) -> float | None:
-    """A JSON number in [0, 1] (integers of any size, infinities and NaN are refused)."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        errors.add(path, "expected a number in [0, 1]")
-        return None
-    if not 0 <= value <= 1:
-        errors.add(path, "must be a number in [0, 1]")
-        return None
-    return float(value)
-
-
-def _evaluation(value: Any, path: str, errors: ErrorCollector, context: Context) -> Any:
+def _evaluation(value: Any, info: ValidationInfo) -> Any:
     """The evaluation set as sent, after reporting the first number no float64 can hold."""
-    stack: list[tuple[Any, str]] = [(value, path)]
+    errors = ErrorCollector()
+    stack: list[tuple[Any, str]] = [(value, info.field_name or "evaluation")]
     while stack:
         item, where = stack.pop()
         if isinstance(item, dict):
@@ -57,6 +61,8 @@ def _evaluation(value: Any, path: str, errors: ErrorCollector, context: Context)
         elif isinstance(item, int) and not isinstance(item, bool) and abs(item) > _FLOAT_MAX:
             errors.add(where, "must be finite (beyond the range of a float64)")
             break
+    if errors:
+        raise problems(errors)
     return value
 
 
@@ -69,54 +75,69 @@ DEFAULT_GATE_POLICY: dict[str, Any] = {
     "require_disjoint_eval": True,
     "require_measured_baseline": False,
 }
-_FRACTION_SCHEMA = Number(0, 1, nullable=True).schema()
-#: The gate policy; absent fields take their defaults.
-GATE_POLICY = Obj(
-    {
-        "max_ece": Custom(_fraction, _FRACTION_SCHEMA, nullable=True),
-        "max_ece_ci_upper": Custom(_fraction, _FRACTION_SCHEMA, nullable=True),
-        **{
-            name: Integer(0, MAX_SAMPLES, default=DEFAULT_GATE_POLICY[name])
-            for name in ("min_eval_samples", "min_bin_samples")
-        },
-        **{
-            name: Flag(default=DEFAULT_GATE_POLICY[name])
-            for name in ("require_nll_improvement", "require_disjoint_eval")
-        },
-        "require_measured_baseline": Flag(default=DEFAULT_GATE_POLICY["require_measured_baseline"]),
-    },
-    nullable=True,
-)
+SampleCount = Annotated[int, integer_in(0, MAX_SAMPLES), JSON_INTEGER]
 
 
-def _policy(value: Any, path: str, errors: ErrorCollector, context: Context) -> dict[str, Any]:
-    """The policy with defaults filled in; ``null`` or absent means every default."""
-    policy = GATE_POLICY.parse_or(DEFAULT_GATE_POLICY, value, path, errors, context)
-    if policy.get("max_ece", 0) is None:
-        policy.pop("max_ece", None)
-    return policy
+def _fraction(value: Any, handler: ValidatorFunctionWrapHandler) -> float:
+    """A JSON number in [0, 1] (integers of any size, infinities and NaN are refused)."""
+    try:
+        return float(handler(value))
+    except ValidationError as exc:
+        not_number = exc.errors()[0]["type"] == "float_type"
+        raise problem(
+            "expected a number in [0, 1]" if not_number else "must be a number in [0, 1]"
+        ) from None
 
 
-GATE_REQUEST = Body(
-    "GateRequest",
-    Obj(
-        {
-            "contract_id": Text(pattern=NAME_PATTERN),
-            "policy": Custom(_policy, GATE_POLICY.schema(), nullable=True),
-            "evaluation": Custom(_evaluation, LABELED_SET_SCHEMA, nullable=True),
-        },
-        required=("contract_id",),
-    ),
-)
+#: A number in [0, 1], its messages saying so.
+GateFraction = Annotated[Fraction, WrapValidator(_fraction)]
+
+
+class GatePolicy(BodyModel):
+    """The gate policy; absent fields take their defaults (``DEFAULT_GATE_POLICY``), an absent
+    or null ``max_ece`` is the contract policy's."""
+
+    max_ece: GateFraction | None = None
+    max_ece_ci_upper: GateFraction | None = None
+    min_eval_samples: SampleCount = DEFAULT_GATE_POLICY["min_eval_samples"]
+    min_bin_samples: SampleCount = DEFAULT_GATE_POLICY["min_bin_samples"]
+    require_nll_improvement: bool = DEFAULT_GATE_POLICY["require_nll_improvement"]
+    require_disjoint_eval: bool = DEFAULT_GATE_POLICY["require_disjoint_eval"]
+    require_measured_baseline: bool = DEFAULT_GATE_POLICY["require_measured_baseline"]
+
+    def stored(self) -> dict[str, Any]:
+        """The policy with every default filled in, without ``max_ece`` when it is null."""
+        out = self.model_dump()
+        if out["max_ece"] is None:
+            del out["max_ece"]
+        return out
+
+
+class GateRequestBody(BodyModel):
+    """``{"contract_id", "policy"?, "evaluation"?}``: the evaluation is a labeled set, parsed
+    later against the contract; here its numbers are only checked to fit a float64."""
+
+    contract_id: Name
+    policy: GatePolicy | None = None
+    evaluation: Annotated[Any, PlainValidator(_evaluation)] = None
+
+
+def _evaluation_schema(schema: dict[str, Any]) -> None:
+    """The evaluation is stated by the labeled set's schema, or null."""
+    schema["properties"]["evaluation"] = {"anyOf": [LABELED_SET_SCHEMA, {"type": "null"}]}
+
+
+GATE_POLICY = Declared("GatePolicy", GatePolicy)
+GATE_REQUEST = Declared("GateRequest", GateRequestBody, adjust=_evaluation_schema)
 
 
 def parse_gate_request(body: Any, now: datetime | None = None) -> GateRequest:
     """Validate a ``POST /v1/gate`` body, listing every problem in one ``ValidationFailed``."""
     errors = ErrorCollector()
-    values = GATE_REQUEST.parse(body, errors, now or datetime.now(UTC))
+    parsed = GATE_REQUEST.parse(body, errors, now or datetime.now(UTC))
     errors.raise_if_any("the gate request is invalid")
+    assert parsed is not None
+    policy = GatePolicy() if parsed.policy is None else parsed.policy
     return GateRequest(
-        contract_id=str(values["contract_id"]),
-        policy=values["policy"],
-        evaluation=values["evaluation"],
+        contract_id=parsed.contract_id, policy=policy.stored(), evaluation=parsed.evaluation
     )

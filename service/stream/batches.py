@@ -16,27 +16,29 @@ import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Annotated, Any, cast
 
 import numpy as np
+from annotated_types import Ge, Len
+from pydantic import Field, PlainValidator, StringConstraints, ValidationInfo, WithJsonSchema
 
 from service.calibration._checks import MAX_ABS_LOGIT
-from service.common.errors import ErrorCollector
-from service.common.fields import (
-    Body,
-    Context,
-    Custom,
-    Field,
-    Number,
-    Obj,
-    Text,
+from service.common.declared import (
+    NOT_BLANK,
+    BodyModel,
+    Declared,
+    Name,
     Timestamp,
+    collect,
+    context_of,
     json_pattern,
+    problem,
+    problems,
+    text_field,
 )
+from service.common.errors import ErrorCollector
 from service.common.json_text import JsonText
 from service.common.values import (
-    NAME_PATTERN,
-    TIMESTAMP_HINT,
     parse_timestamp,
     text_problem,
     timestamp_problem,
@@ -87,25 +89,14 @@ class LabelBatch:
     repeats: list[tuple[str, SentLabel]]
 
 
-def _items(value: Any, path: str, errors: ErrorCollector, context: Context) -> Any:
-    """A non-empty list of at most ``context.about["max_items"]`` items, parsed later."""
-    limit = context.about.get("max_items", MAX_BATCH_ITEMS)
+def _items(value: Any, info: ValidationInfo) -> list[Any]:
+    """A non-empty list of at most ``context["max_items"]`` items, parsed later."""
+    limit = context_of(info).get("max_items", MAX_BATCH_ITEMS)
     if not isinstance(value, list) or not value:
-        errors.add(path, "expected a non-empty list")
-        return None
+        raise problem("expected a non-empty list")
     if len(value) > limit:
-        errors.add(path, f"at most {limit} items per batch, got {len(value)}")
-        return None
+        raise problem(f"at most {limit} items per batch, got {len(value)}")
     return value
-
-
-def _envelope(name: str, items_key: str, item_schema: dict[str, Any]) -> Body:
-    fields: dict[str, Field] = {"model": Text(pattern=NAME_PATTERN)}
-    if items_key == "predictions":
-        fields["contract_id"] = Text(max_length=36, nullable=True)
-    items = {"type": "array", "minItems": 1, "maxItems": MAX_BATCH_ITEMS, "items": item_schema}
-    fields[items_key] = Custom(_items, items)
-    return Body(name, Obj(fields, required=("model", items_key)))
 
 
 def parse_envelope(
@@ -120,40 +111,27 @@ def parse_envelope(
     checked for repeated keys (which would explain it), one accepted carries the text on.
     """
     errors = ErrorCollector()
-    declared = PREDICTIONS if items_key == "predictions" else LABELS
-    values = declared.parse(body, errors, datetime.now(UTC), {"max_items": max_items})
+    declared: Declared[Any] = PREDICTIONS if items_key == "predictions" else LABELS
+    parsed = declared.parse(body, errors, datetime.now(UTC), max_items=max_items)
     if errors and text is not None:
         text.refuse_repeated_keys()
     errors.raise_if_any(f"the {items_key} batch is invalid")
     if text is not None:
         # The envelope's keys, and its strings: the model and the contract id, if given.
         text = text.plus(len(body) + sum(type(v) is str for v in body.values()))
-    return BatchEnvelope(values["model"], values.get("contract_id"), values[items_key], text)
+    assert parsed is not None
+    return BatchEnvelope(
+        parsed.model, getattr(parsed, "contract_id", None), getattr(parsed, items_key), text
+    )
 
 
-def _check_id(value: Any, path: str, errors: ErrorCollector, item: int | None) -> str | None:
+def _id_problem(value: Any) -> str | None:
+    """Why ``value`` is not an id, or None."""
     if type(value) is not str or not 0 < len(value) <= MAX_ID_LENGTH:
-        errors.add(path, f"expected a string id of 1-{MAX_ID_LENGTH} characters", item)
-        return None
+        return f"expected a string id of 1-{MAX_ID_LENGTH} characters"
     if value.isspace():
-        errors.add(path, "an id must not be only whitespace", item)
-        return None
-    problem = text_problem(value)
-    if problem is not None:
-        errors.add(path, problem, item)
-        return None
-    return value
-
-
-def _check_ts(
-    value: Any, path: str, errors: ErrorCollector, item: int | None, now: datetime
-) -> datetime | None:
-    ts = parse_timestamp(value)
-    problem = TIMESTAMP_HINT if ts is None else timestamp_problem(ts, now)
-    if problem is not None:
-        errors.add(path, problem, item)
-        return None
-    return ts
+        return "an id must not be only whitespace"
+    return text_problem(value)
 
 
 def _printable(key: str) -> str:
@@ -211,106 +189,170 @@ def _valid_texts(texts: list[str]) -> bool:
     return text_problem("".join(texts)) is None
 
 
-def _id(value: Any, path: str, errors: ErrorCollector, context: Context) -> str | None:
-    return _check_id(value, path, errors, context.item)
+def _id(value: Any) -> str:
+    found = _id_problem(value)
+    if found is not None:
+        raise problem(found)
+    return cast(str, value)
 
 
-def _ts(value: Any, path: str, errors: ErrorCollector, context: Context) -> datetime | None:
-    return _check_ts(value, path, errors, context.item, context.now)
+def _cohort(value: Any, info: ValidationInfo) -> dict[str, str]:
+    errors = ErrorCollector()
+    cohort = _check_cohort(value, info.field_name or "cohort", errors, None)
+    if cohort is None:
+        raise problems(errors)
+    return cohort
 
 
-def _cohort(value: Any, path: str, errors: ErrorCollector, context: Context) -> Any:
-    return _check_cohort(value, path, errors, context.item)
-
-
-def _inputs(value: Any, path: str, errors: ErrorCollector, context: Context) -> Any:
-    problem = _check_row_numbers(value, context.about["task"], context.about["n_classes"])
-    if problem:
-        errors.add(path, problem, context.item)
-        return None
+def _inputs(value: Any, info: ValidationInfo) -> Any:
+    context = context_of(info)
+    found = _check_row_numbers(value, context["task"], context["n_classes"])
+    if found:
+        raise problem(found)
     return value
 
 
-def _label(value: Any, path: str, errors: ErrorCollector, context: Context) -> SentLabel | None:
+def _label(value: Any, info: ValidationInfo) -> SentLabel:
     """A class index ``0..K-1`` or a class name known to some contract version of the model
     (``K`` the largest of their class counts), as sent."""
-    index_of: Mapping[str, int] = context.about["index_of"]
-    n_classes: int = context.about["n_classes"]
+    context = context_of(info)
+    index_of: Mapping[str, int] = context["index_of"]
+    n_classes: int = context["n_classes"]
     if isinstance(value, str):
         if value not in index_of:
-            errors.add(
-                path,
-                f"{_printable(value)!r} is not a class of any contract version of the model",
-                context.item,
+            raise problem(
+                f"{_printable(value)!r} is not a class of any contract version of the model"
             )
-            return None
         return SentLabel(index_of[value], value)
     if type(value) is int:
         if 0 <= value < n_classes:
             return SentLabel(value)
-        errors.add(path, f"class index must be in 0..{n_classes - 1}", context.item)
-        return None
-    errors.add(path, "expected a class index or a class name", context.item)
-    return None
+        raise problem(f"class index must be in 0..{n_classes - 1}")
+    raise problem("expected a class index or a class name")
 
 
-_ID = Custom(_id, {"type": "string", "minLength": 1, "maxLength": MAX_ID_LENGTH})
-_TS = Custom(_ts, Timestamp().schema())
-_COHORT = Custom(
-    _cohort,
-    {
-        "type": ["object", "null"],
-        "maxProperties": MAX_KEYS,
-        "propertyNames": {"pattern": json_pattern(KEY_PATTERN)},
-        "additionalProperties": {"type": "string", "minLength": 1, "maxLength": MAX_LENGTH},
-    },
-    nullable=True,
-)
-_LOGITS = Custom(
-    _inputs,
-    {
-        "type": "array",
-        "minItems": 2,
-        "maxItems": MAX_CLASSES,
-        "items": Number(-MAX_ABS_LOGIT, MAX_ABS_LOGIT).schema(),
-    },
-)
-_SCORE = Custom(_inputs, Number(0, 1).schema())
-#: A prediction of a multiclass or a binary contract (``logits`` or ``score``).
-PREDICTION_ITEM = {
-    "multiclass": Obj(
-        {"id": _ID, "ts": _TS, "cohort": _COHORT, "logits": _LOGITS},
-        required=("id", "ts", "logits"),
+_LOGIT = Annotated[float, Field(ge=-MAX_ABS_LOGIT, le=MAX_ABS_LOGIT)]
+Id = Annotated[
+    str,
+    PlainValidator(
+        _id,
+        json_schema_input_type=Annotated[str, StringConstraints(max_length=MAX_ID_LENGTH), Len(1)],
     ),
-    "binary": Obj(
-        {"id": _ID, "ts": _TS, "cohort": _COHORT, "score": _SCORE},
-        required=("id", "ts", "score"),
+]
+#: An object of string keys (matching ``cohorts.KEY_PATTERN``) to strings; null is no cohort.
+Cohort = Annotated[
+    dict[str, str],
+    PlainValidator(_cohort),
+    WithJsonSchema(
+        {
+            "type": ["object", "null"],
+            "maxProperties": MAX_KEYS,
+            "propertyNames": {"pattern": json_pattern(KEY_PATTERN)},
+            "additionalProperties": {"type": "string", "minLength": 1, "maxLength": MAX_LENGTH},
+        }
     ),
+]
+Logits = Annotated[
+    Any,
+    PlainValidator(_inputs, json_schema_input_type=Annotated[list[_LOGIT], Len(2, MAX_CLASSES)]),
+]
+Score = Annotated[
+    Any, PlainValidator(_inputs, json_schema_input_type=Annotated[float, Field(ge=0, le=1)])
+]
+Label = Annotated[
+    SentLabel,
+    PlainValidator(
+        _label,
+        json_schema_input_type=Annotated[int, Ge(0)]
+        | Annotated[str, StringConstraints(min_length=1)],
+    ),
+]
+
+
+class _Prediction(BodyModel):
+    id: Id
+    ts: Timestamp
+    cohort: Cohort = Field(default=None, validate_default=True)
+
+
+class MulticlassPrediction(_Prediction):
+    """A prediction of a multiclass contract: K logits (the context's ``n_classes``)."""
+
+    logits: Logits
+
+
+class BinaryPrediction(_Prediction):
+    """A prediction of a binary contract: P(positive) in [0, 1]."""
+
+    score: Score
+
+
+class PredictionItem(_Prediction):
+    """A prediction as the document states it: logits or a score, exactly one of them."""
+
+    logits: Logits = None
+    score: Score = None
+
+
+class LabelItem(BodyModel):
+    """A label: the id of its prediction, a class index or name, the time it was known."""
+
+    id: Id
+    label: Label
+    ts: Timestamp
+
+
+#: A prediction of a multiclass or a binary contract (``logits`` or ``score``), by task.
+PREDICTION_ITEM: dict[str, type[_Prediction]] = {
+    "multiclass": MulticlassPrediction,
+    "binary": BinaryPrediction,
 }
-LABEL_ITEM = Obj(
-    {
-        "id": _ID,
-        "label": Custom(
-            _label,
-            {"oneOf": [{"type": "integer", "minimum": 0}, {"type": "string", "minLength": 1}]},
-        ),
-        "ts": _TS,
-    },
-    required=("id", "label", "ts"),
-)
-PREDICTIONS = _envelope(
-    "PredictionBatch",
-    "predictions",
-    {
-        **Obj(
-            {"id": _ID, "ts": _TS, "cohort": _COHORT, "logits": _LOGITS, "score": _SCORE},
-            ("id", "ts"),
-        ).schema(),
-        # Logits for a multiclass contract, a score for a binary one: exactly one of them.
-        "oneOf": [{"required": ["logits"]}, {"required": ["score"]}],
-    },
-)
-LABELS = _envelope("LabelBatch", "labels", LABEL_ITEM.schema())
+LABEL_ITEM = LabelItem
+ContractId = Annotated[str, text_field(36), NOT_BLANK]
+
+
+#: The items of a batch: a non-empty list of at most ``context["max_items"]``, parsed later.
+PredictionItems = Annotated[
+    list[Any],
+    PlainValidator(
+        _items,
+        json_schema_input_type=Annotated[list[PredictionItem], Len(1, MAX_BATCH_ITEMS)],
+    ),
+]
+LabelItems = Annotated[
+    list[Any],
+    PlainValidator(
+        _items, json_schema_input_type=Annotated[list[LabelItem], Len(1, MAX_BATCH_ITEMS)]
+    ),
+]
+
+
+class PredictionBatchBody(BodyModel):
+    """``POST /v1/predictions``: which model, which contract (optional), the items (parsed
+    later, against the contract's task)."""
+
+    model: Name
+    contract_id: ContractId | None = None
+    predictions: PredictionItems
+
+
+class LabelBatchBody(BodyModel):
+    """``POST /v1/labels``: which model, the items (parsed later, against its classes)."""
+
+    model: Name
+    labels: LabelItems
+
+
+def _one_input(schema: dict[str, Any]) -> None:
+    """Logits for a multiclass contract, a score for a binary one: exactly one of them."""
+    schema["properties"]["predictions"]["items"]["oneOf"] = [
+        {"required": ["logits"]},
+        {"required": ["score"]},
+    ]
+
+
+PREDICTIONS = Declared("PredictionBatch", PredictionBatchBody, adjust=_one_input)
+LABELS = Declared("LabelBatch", LabelBatchBody)
 
 
 def _clean_ids(ids: list[Any]) -> bool:
@@ -349,7 +391,7 @@ def _parse_predictions_fast(
     the items hold (``service.common.json_text``): those of the items, their ids and
     timestamps, and the keys and values of their cohorts; logits and scores are numbers.
     """
-    allowed = frozenset(PREDICTION_ITEM[task].fields)
+    allowed = frozenset(PREDICTION_ITEM[task].model_fields)
     value_key = "logits" if task == "multiclass" else "score"
     if set(map(type, items)) != {dict}:
         return None
@@ -446,21 +488,19 @@ def parse_predictions_declared(
     errors = ErrorCollector()
     declared = PREDICTION_ITEM[task]
     value_key = "logits" if task == "multiclass" else "score"
-    about = {"task": task, "n_classes": n_classes}
+    context = {"now": now, "task": task, "n_classes": n_classes}
     ids: list[str] = []
     stamps: list[datetime] = []
     cohorts: list[dict[str, str]] = []
     raw: list[Any] = []
     for i, item in enumerate(items):
-        values = declared.parse(
-            item, f"predictions[{i}]", errors, Context(now, item=i, about=about)
-        )
-        if errors or values is None:
+        parsed = collect(declared, item, errors, context, path=f"predictions[{i}]", item=i)
+        if errors or parsed is None:
             continue
-        ids.append(values["id"])
-        stamps.append(values["ts"])
-        cohorts.append(values["cohort"])
-        raw.append(values[value_key])
+        ids.append(parsed.id)
+        stamps.append(parsed.ts)
+        cohorts.append(parsed.cohort)
+        raw.append(getattr(parsed, value_key))
     errors.raise_if_any("the predictions batch has invalid items; nothing was written")
     return PredictionBatch(
         ids=ids, ts=stamps, cohorts=cohorts, inputs=np.asarray(raw, dtype=np.float64)
@@ -561,7 +601,7 @@ def parse_labels(
     if fast is not None:
         return fast[0]
     errors = ErrorCollector()
-    about = {"index_of": index_of, "n_classes": n_classes}
+    context = {"now": now, "index_of": index_of, "n_classes": n_classes}
     first: set[str] = set()
     ids: list[str] = []
     labels: list[SentLabel] = []
@@ -569,17 +609,17 @@ def parse_labels(
     positions: list[int] = []
     repeats: list[tuple[str, SentLabel]] = []
     for i, item in enumerate(items):
-        values = LABEL_ITEM.parse(item, f"labels[{i}]", errors, Context(now, item=i, about=about))
-        if errors or values is None:
+        parsed = collect(LabelItem, item, errors, context, path=f"labels[{i}]", item=i)
+        if errors or parsed is None:
             continue
-        ident, label = values["id"], values["label"]
+        ident, label = parsed.id, parsed.label
         if ident in first:
             repeats.append((ident, label))
             continue
         first.add(ident)
         ids.append(ident)
         labels.append(label)
-        stamps.append(values["ts"])
+        stamps.append(parsed.ts)
         positions.append(i)
     errors.raise_if_any("the labels batch has invalid items; nothing was written")
     return LabelBatch(ids=ids, labels=labels, ts=stamps, items=positions, repeats=repeats)
