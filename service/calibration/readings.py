@@ -360,6 +360,15 @@ def _whole(value: Any, field: str) -> int:
     return value
 
 
+def _fraction(value: Any, field: str) -> float:
+    """A bin's mean or frequency: finite and in [0, 1] (the inference multiplies it by the
+    bin's count, which a larger value would overflow)."""
+    number = finite_number(value, field)
+    if not 0.0 <= number <= 1.0:
+        raise CalibrationInputError(field, "must lie in [0, 1]")
+    return number
+
+
 def _bin_from_dict(d: Any, field: str) -> ReliabilityBin:
     if not isinstance(d, Mapping):
         raise CalibrationInputError(field, f"must be an object with keys {list(_BIN_KEYS)}")
@@ -376,8 +385,8 @@ def _bin_from_dict(d: Any, field: str) -> ReliabilityBin:
         lo=finite_number(d["lo"], f"{field}.lo"),
         hi=finite_number(d["hi"], f"{field}.hi"),
         n=_whole(d["n"], f"{field}.n"),
-        mean_confidence=finite_number(d["mean_confidence"], f"{field}.mean_confidence"),
-        accuracy=finite_number(d["accuracy"], f"{field}.accuracy"),
+        mean_confidence=_fraction(d["mean_confidence"], f"{field}.mean_confidence"),
+        accuracy=_fraction(d["accuracy"], f"{field}.accuracy"),
         ci_lower=finite_number(ci[0], f"{field}.ci"),
         ci_upper=finite_number(ci[1], f"{field}.ci"),
     )

@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
-from service.common.fields import TIMESTAMP_SCHEMA
+from service.common.declared import TIMESTAMP_SCHEMA
 from service.common.values import MAX_JSON_INTEGER
 
 

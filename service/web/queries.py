@@ -25,8 +25,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from service.common.declared import TIMESTAMP_SCHEMA, json_pattern
 from service.common.errors import ErrorCollector, ErrorDetail, NotFound, ValidationFailed
-from service.common.fields import TIMESTAMP_SCHEMA, Text
 from service.common.values import (
     NAME_PATTERN,
     TIMESTAMP_HINT,
@@ -128,7 +128,9 @@ def matching(pattern: re.Pattern[str], message: str) -> Any:
         return raw
 
     return Annotated[
-        str | None, PlainValidator(check), WithJsonSchema(Text(pattern=pattern).schema())
+        str | None,
+        PlainValidator(check),
+        WithJsonSchema({"type": "string", "pattern": json_pattern(pattern)}),
     ]
 
 

@@ -291,6 +291,21 @@ def test_huge_numbers_are_rejected_not_turned_into_infinity(
     assert errors_of(response)["fit.logits[0]"] == "must be finite"
 
 
+@pytest.mark.parametrize("key", ["accuracy", "mean_confidence"])
+@pytest.mark.parametrize("value", [4e307, 1.5, -0.25])
+def test_a_baseline_bin_outside_zero_one_is_named_not_overflowed(
+    client: FlaskClient, auth: Auth, key: str, value: float
+) -> None:
+    fitted = fit(client, auth)
+    body = registration_body(fitted, model="overflow")
+    reading = body["baseline"]["eval"]["calibrated"]
+    reading.pop("ece_debiased", None)
+    reading["bins"][0][key] = value
+    response = client.post("/v1/contracts", json=body, headers=auth.headers())
+    field = f"baseline.eval.calibrated.bins[0].{key}"
+    assert errors_of(response)[field] == "must lie in [0, 1]"
+
+
 def test_every_problem_is_listed_at_once(client: FlaskClient, auth: Auth) -> None:
     body = fit_body(task="multiclass", bin_edges=[0, 2], method="nope")
     del body["population"]
