@@ -61,7 +61,6 @@ from service.calibration.calibrators import (
     check_bounds,
     task_problem,
 )
-from service.calibration.families_schema import FAMILY_SCHEMAS
 from service.common.declared import (
     FINITE,
     JSON_INTEGER,
@@ -88,6 +87,7 @@ from service.common.declared import (
 from service.common.errors import ErrorCollector, LeakageError
 from service.common.values import finite_float, format_timestamp
 from service.contracts.baseline_checks import BASELINE_SCHEMA, MAX_COST, parse_baseline
+from service.contracts.families import FAMILY_SCHEMAS
 from service.contracts.labeled_sets import LABELED_SET_SCHEMA, LabeledSet, parse_labeled_set
 from service.contracts.model import (
     FIT_METHODS,
