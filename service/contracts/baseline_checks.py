@@ -6,13 +6,25 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Annotated, Any
+
+from annotated_types import Len
+from pydantic import Field, WithJsonSchema
 
 from service.calibration import CalibrationInputError
 from service.calibration.nll_comparison import NllDifference
-from service.calibration.readings import REQUIRED_KEYS, Reading
+from service.calibration.readings import Reading
+from service.common.declared import (
+    FINITE,
+    JSON_INTEGER,
+    NO_INF_NAN,
+    BodyModel,
+    Fraction,
+    collect,
+    integer_in,
+    number_in,
+)
 from service.common.errors import ErrorCollector
-from service.common.fields import Custom, Integer, Number, Obj
 from service.common.values import expect_object
 from service.contracts.model import MAX_BIN_EDGES, MAX_CLASSES
 from service.contracts.selection_checks import SELECTION_SCHEMA, check_selection
@@ -22,92 +34,103 @@ MAX_NLL = 1e9
 #: Largest expected cost a binary baseline may state: the largest cost a policy may set.
 MAX_COST = 1e6
 
-_FRACTION = Number(0, 1).schema()
-_NULLABLE_FRACTION = Number(0, 1, nullable=True).schema()
-_CI = {"type": "array", "minItems": 2, "maxItems": 2, "items": _FRACTION}
-_POSITIVE_COUNT = Integer(1).schema()
-_BIN = Obj(
-    {
-        "lo": Number(0, 1),
-        "hi": Number(0, 1),
-        "n": Integer(1),
-        "mean_confidence": Number(0, 1),
-        "accuracy": Number(0, 1),
-        "ci": Custom(lambda *_: None, _CI),
-    },
-    required=("lo", "hi", "n", "mean_confidence", "accuracy", "ci"),
-)
-#: A reading as registered (``parse_baseline`` states the rules a schema cannot: bins on
-#: consecutive edges adding up to n, K label counts, the keys of the contract's task).
-READING_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "n": _POSITIVE_COUNT,
-        "ece": _FRACTION,
-        "ece_debiased": _NULLABLE_FRACTION,
-        "ece_ci": _CI,
-        "calibration_p_value": _NULLABLE_FRACTION,
-        "mce": _NULLABLE_FRACTION,
-        "mce_n": {"type": ["integer", "null"]},
-        "mce_supported": _NULLABLE_FRACTION,
-        "mce_supported_n": {"type": ["integer", "null"]},
-        "mce_min_rows": Integer(1).schema(),
-        "nll": Number(0, MAX_NLL).schema(),
-        "brier": Number(0, 2).schema(),
-        "accuracy": _FRACTION,
-        "mean_confidence": _FRACTION,
-        "bins": {"type": "array", "maxItems": MAX_BIN_EDGES - 1, "items": _BIN.schema()},
-        "label_counts": {
-            "type": "array",
-            "minItems": 2,
-            "maxItems": MAX_CLASSES,
-            "items": Integer(0).schema(),
-        },
-        "classwise_ece": {"type": ["number", "null"]},
-        "positive_class": {
-            "type": ["object", "null"],
-            "properties": {
-                "ece": _FRACTION,
-                "ece_debiased": _NULLABLE_FRACTION,
-                "ece_ci": _CI,
-                "calibration_p_value": _NULLABLE_FRACTION,
-                "bins": {"type": "array", "maxItems": MAX_BIN_EDGES - 1, "items": _BIN.schema()},
-            },
-            "required": ["ece", "ece_debiased", "ece_ci", "calibration_p_value", "bins"],
-            "additionalProperties": False,
-        },
-        "auc": {"type": ["number", "null"]},
-        "prevalence": {"type": ["number", "null"]},
-        "mean_score": {"type": ["number", "null"]},
-        "threshold": {"type": ["number", "null"]},
-        "expected_cost": Number(0, MAX_COST, nullable=True).schema(),
-    },
-    "required": list(REQUIRED_KEYS),
-    "additionalProperties": False,
-}
-_SPLIT_SCHEMA = Obj(
-    {
-        "uncalibrated": Custom(lambda *_: None, READING_SCHEMA),
-        "calibrated": Custom(lambda *_: None, READING_SCHEMA),
-        "nll_difference": Obj(
-            {
-                "n": Integer(1),
-                "mean": Number(-MAX_NLL, MAX_NLL),
-                "sd": Number(0, MAX_NLL),
-                "lower_bound": Number(-MAX_NLL, MAX_NLL),
-            },
-            required=("n", "mean", "sd"),
-        ),
-    },
-    required=("uncalibrated", "calibrated"),
-).schema()
-#: ``{"fit"|"eval": {"uncalibrated": R, "calibrated": R, "nll_difference"?: D}}``.
-BASELINE_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {"fit": _SPLIT_SCHEMA, "eval": _SPLIT_SCHEMA, "selection": SELECTION_SCHEMA},
-    "required": ["fit", "eval"],
-    "additionalProperties": False,
-}
+#: A count of labeled predictions: at least one.
+Count = Annotated[int, integer_in(1), JSON_INTEGER]
+#: A count that may be nought (a class absent from the rows).
+LabelCount = Annotated[int, integer_in(0), JSON_INTEGER]
+#: ``[lower, upper]`` within [0, 1] (the order is checked by ``parse_baseline``).
+ConfidenceInterval = Annotated[list[Fraction], Len(2, 2)]
+Nll = Annotated[float, NO_INF_NAN, number_in(0, MAX_NLL), FINITE]
+NllChange = Annotated[float, NO_INF_NAN, number_in(-MAX_NLL, MAX_NLL), FINITE]
+#: A binary brier score lies in [0, 1], a multiclass one (and a classwise ECE) in [0, 2].
+UpToTwo = Annotated[float, NO_INF_NAN, number_in(0, 2), FINITE]
+Cost = Annotated[float, NO_INF_NAN, number_in(0, MAX_COST), FINITE]
+
+
+class BinBody(BodyModel):
+    """A listed (non-empty) bin of a reading: ``lo`` and ``hi`` two consecutive bin edges."""
+
+    lo: Fraction
+    hi: Fraction
+    n: Count
+    mean_confidence: Fraction
+    accuracy: Fraction
+    ci: ConfidenceInterval
+
+
+Bins = Annotated[list[BinBody], Len(0, MAX_BIN_EDGES - 1)]
+
+
+class PositiveClassBody(BodyModel):
+    """The positive-class view of a two-class multiclass reading."""
+
+    ece: Fraction
+    ece_debiased: Fraction | None
+    ece_ci: ConfidenceInterval
+    calibration_p_value: Fraction | None
+    bins: Bins
+
+
+class ReadingBody(BodyModel):
+    """A reading as registered: the keys of both tasks (``parse_baseline`` states the rules a
+    schema cannot: bins on consecutive edges adding up to n, K label counts, the keys of the
+    contract's task). Absent optional keys stand for values recomputed or unknown; ``null``
+    where the reading had no value."""
+
+    n: Count
+    ece: Fraction
+    ece_debiased: Fraction | None = None
+    ece_ci: ConfidenceInterval
+    calibration_p_value: Fraction | None = None
+    mce: Fraction | None
+    mce_n: Annotated[int, integer_in(), JSON_INTEGER] | None = None
+    mce_supported: Fraction | None = None
+    mce_supported_n: Annotated[int, integer_in(), JSON_INTEGER] | None = None
+    # Absent or a count: null is refused.
+    mce_min_rows: Annotated[Count, Field(default=None)]
+    nll: Nll
+    brier: UpToTwo
+    accuracy: Fraction
+    mean_confidence: Fraction
+    bins: Bins
+    label_counts: Annotated[list[LabelCount], Len(2, MAX_CLASSES)]
+    classwise_ece: UpToTwo | None = None
+    positive_class: PositiveClassBody | None = None
+    auc: Fraction | None = None
+    prevalence: Fraction | None = None
+    mean_score: Fraction | None = None
+    threshold: Fraction | None = None
+    expected_cost: Cost | None = None
+
+
+class NllDifferenceBody(BodyModel):
+    """``NllDifference``'s form over the n rows of a split."""
+
+    n: Count
+    mean: NllChange
+    sd: Nll
+    lower_bound: NllChange | None = None
+
+
+class SplitReadingsBody(BodyModel):
+    """The readings of one split, uncalibrated and calibrated, of the same rows."""
+
+    uncalibrated: ReadingBody
+    calibrated: ReadingBody
+    # Absent or an object: null is refused.
+    nll_difference: Annotated[NllDifferenceBody, Field(default=None)]
+
+
+class BaselineBody(BodyModel):
+    """``{"fit"|"eval": {"uncalibrated": R, "calibrated": R, "nll_difference"?: D},
+    "selection"?: S}``: the shape of a baseline and the bounds of its numbers, checked after
+    ``parse_baseline``'s rules (which report a problem first when both would)."""
+
+    fit: SplitReadingsBody
+    eval: SplitReadingsBody
+    # The evidence of a ``method: auto`` fit, checked by ``check_selection``.
+    selection: Annotated[Any, WithJsonSchema(SELECTION_SCHEMA), Field(default=None)]
+
 
 _BINARY_READING_KEYS = ("auc", "prevalence", "mean_score", "threshold")
 _BINARY_ONLY_KEYS = (*_BINARY_READING_KEYS, "expected_cost")
@@ -265,8 +288,10 @@ def parse_baseline(
     ``nll_difference`` is ``NllDifference``'s form over the n rows of the split, its mean, sd
     and (optional) bootstrap-t lower bound within MAX_NLL. Both readings of a split are of the
     same rows: same n, same label counts. The baseline is stored as given: everything accepted
-    here reads back.
+    here reads back. What these rules accept is then validated by ``BaselineBody``, the
+    declaration whose JSON Schema the OpenAPI document serves.
     """
+    before = errors.total
     baseline = expect_object(
         value, "baseline", errors, required=("fit", "eval"), optional=("selection",)
     )
@@ -326,4 +351,6 @@ def parse_baseline(
                     -MAX_NLL,
                     MAX_NLL,
                 )
+    if errors.total == before:
+        collect(BaselineBody, baseline, errors, {}, path="baseline")
     return dict(baseline)

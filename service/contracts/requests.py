@@ -86,7 +86,7 @@ from service.common.declared import (
 )
 from service.common.errors import ErrorCollector, LeakageError
 from service.common.values import finite_float, format_timestamp
-from service.contracts.baseline_checks import BASELINE_SCHEMA, MAX_COST, parse_baseline
+from service.contracts.baseline_checks import MAX_COST, BaselineBody, parse_baseline
 from service.contracts.families import FAMILY_SCHEMAS
 from service.contracts.labeled_sets import LABELED_SET_SCHEMA, LabeledSet, parse_labeled_set
 from service.contracts.model import (
@@ -415,7 +415,7 @@ class RegistrationBody(SpecBody):
     """``POST /v1/contracts``: the spec, a calibrator and its measured baseline."""
 
     calibrator: Annotated[Any, PlainValidator(_calibrator)]
-    baseline: Annotated[Any, PlainValidator(_baseline)]
+    baseline: Annotated[Any, PlainValidator(_baseline, json_schema_input_type=BaselineBody)]
 
 
 class FitBody(SpecBody):
@@ -451,7 +451,6 @@ def _spec_schema(schema: dict[str, Any]) -> None:
 def _registration_schema(schema: dict[str, Any]) -> None:
     _spec_schema(schema)
     schema["properties"]["calibrator"] = CALIBRATOR_SCHEMA
-    schema["properties"]["baseline"] = BASELINE_SCHEMA
 
 
 def _fit_schema(schema: dict[str, Any]) -> None:
