@@ -5,51 +5,60 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
+from annotated_types import Len
+from pydantic import ConfigDict, Field, StringConstraints
 
 from service.calibration._checks import MAX_ABS_LOGIT
+from service.common.declared import (
+    FINITE,
+    JSON_INTEGER,
+    NO_INF_NAN,
+    BodyModel,
+    Fraction,
+    collect,
+    inline_schema,
+    integer_in,
+    number_in,
+)
 from service.common.errors import ErrorCollector
 from service.common.values import expect_object, finite_float
 from service.contracts.model import MAX_CLASSES
 
-#: ``{"logits": [[...K numbers]...], "labels": [...]}`` (multiclass) or ``{"scores": [...],
-#: "labels": [...]}`` (binary); labels are class indices or names.
-LABELED_SET_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "logits": {
-            "type": "array",
-            "minItems": 1,
-            "items": {
-                "type": "array",
-                "minItems": 2,
-                "maxItems": MAX_CLASSES,
-                "items": {"type": "number", "minimum": -MAX_ABS_LOGIT, "maximum": MAX_ABS_LOGIT},
-            },
-        },
-        "scores": {
-            "type": "array",
-            "minItems": 1,
-            "items": {"type": "number", "minimum": 0, "maximum": 1},
-        },
-        "labels": {
-            "type": "array",
-            "minItems": 1,
-            "items": {
-                "oneOf": [
-                    {"type": "integer", "minimum": 0},
-                    {"type": "string", "minLength": 1},
-                ]
-            },
-        },
-    },
-    "required": ["labels"],
-    # Logits for a multiclass task, scores for a binary one: exactly one of them.
-    "oneOf": [{"required": ["logits"]}, {"required": ["scores"]}],
-    "additionalProperties": False,
-}
+Logit = Annotated[float, NO_INF_NAN, number_in(-MAX_ABS_LOGIT, MAX_ABS_LOGIT), FINITE]
+#: A label: a class index or a class name.
+Label = (
+    Annotated[int, integer_in(0), JSON_INTEGER] | Annotated[str, StringConstraints(min_length=1)]
+)
+
+
+def _one_input(schema: dict[str, Any], model: type[Any]) -> None:
+    """Logits for a multiclass task, scores for a binary one: exactly one of them (the
+    validation, knowing the task, requires the task's)."""
+    schema.pop("description", None)
+    schema["oneOf"] = [{"required": ["logits"]}, {"required": ["scores"]}]
+
+
+class LabeledSetBody(BodyModel):
+    """``{"logits": [[...K numbers]...], "labels": [...]}`` (multiclass) or ``{"scores": [...],
+    "labels": [...]}`` (binary); labels are class indices or names. ``parse_labeled_set``
+    checks the set against the contract's task and classes, then validates it with this
+    model."""
+
+    model_config = ConfigDict(json_schema_extra=_one_input)
+
+    # Each absent or a list: null is refused.
+    logits: Annotated[
+        Annotated[list[Annotated[list[Logit], Len(2, MAX_CLASSES)]], Len(1)], Field(default=None)
+    ]
+    scores: Annotated[Annotated[list[Fraction], Len(1)], Field(default=None)]
+    labels: Annotated[list[Label], Len(1)]
+
+
+#: The labeled set's JSON Schema.
+LABELED_SET_SCHEMA: dict[str, Any] = inline_schema(LabeledSetBody.model_json_schema())
 
 
 @dataclass(frozen=True)
@@ -162,7 +171,9 @@ def parse_labels(
 def parse_labeled_set(
     value: Any, path: str, *, task: str, classes: Sequence[str], errors: ErrorCollector
 ) -> LabeledSet | None:
-    """``{"logits": [...], "labels": [...]}`` (multiclass) or ``{"scores", "labels"}`` (binary)."""
+    """``{"logits": [...], "labels": [...]}`` (multiclass) or ``{"scores", "labels"}`` (binary):
+    the inputs and labels read against the contract's task and classes, then the set validated
+    by ``LabeledSetBody``, whose JSON Schema the OpenAPI document serves."""
     key = "logits" if task == "multiclass" else "scores"
     obj = expect_object(value, path, errors, required=(key, "labels"))
     if obj is None or key not in obj or "labels" not in obj:
@@ -177,5 +188,7 @@ def parse_labeled_set(
         errors.add(
             f"{path}.labels", f"{labels.shape[0]} labels for {inputs.shape[0]} rows of {key}"
         )
+        return None
+    if collect(LabeledSetBody, obj, errors, {}, path=path) is None:
         return None
     return LabeledSet(inputs=inputs, labels=labels)

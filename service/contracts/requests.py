@@ -88,7 +88,7 @@ from service.common.errors import ErrorCollector, LeakageError
 from service.common.values import finite_float, format_timestamp
 from service.contracts.baseline_checks import MAX_COST, BaselineBody, parse_baseline
 from service.contracts.families import FAMILY_SCHEMAS
-from service.contracts.labeled_sets import LABELED_SET_SCHEMA, LabeledSet, parse_labeled_set
+from service.contracts.labeled_sets import LabeledSet, LabeledSetBody, parse_labeled_set
 from service.contracts.model import (
     FIT_METHODS,
     MAX_BIN_EDGES,
@@ -422,8 +422,8 @@ class FitBody(SpecBody):
     """``POST /v1/contracts/fit``: the spec, a method and the labeled fit and eval sets."""
 
     method: Method
-    fit: Annotated[Any, PlainValidator(_labeled_set)]
-    eval: Annotated[Any, PlainValidator(_labeled_set)]
+    fit: Annotated[Any, PlainValidator(_labeled_set, json_schema_input_type=LabeledSetBody)]
+    eval: Annotated[Any, PlainValidator(_labeled_set, json_schema_input_type=LabeledSetBody)]
 
     @model_validator(mode="wrap")
     @classmethod
@@ -453,12 +453,6 @@ def _registration_schema(schema: dict[str, Any]) -> None:
     schema["properties"]["calibrator"] = CALIBRATOR_SCHEMA
 
 
-def _fit_schema(schema: dict[str, Any]) -> None:
-    _spec_schema(schema)
-    schema["properties"]["fit"] = LABELED_SET_SCHEMA
-    schema["properties"]["eval"] = LABELED_SET_SCHEMA
-
-
 REGISTRATION = Declared("ContractRegistration", RegistrationBody, adjust=_registration_schema)
 FIT = Declared(
     "ContractFit",
@@ -474,7 +468,7 @@ FIT = Declared(
             },
         },
     ),
-    adjust=_fit_schema,
+    adjust=_spec_schema,
 )
 
 
