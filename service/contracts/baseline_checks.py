@@ -1,5 +1,7 @@
 """The checks of a registered baseline: each reading read as calmon reads it back, then checked
-against the contract (task, classes, bin edges) and the bounds of its numbers."""
+against the contract (task, classes, bin edges) and the bounds of its numbers; what they accept
+is then validated by ``BaselineBody``, the declaration whose JSON Schema the OpenAPI document
+serves."""
 
 from __future__ import annotations
 

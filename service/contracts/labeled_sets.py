@@ -1,4 +1,5 @@
-"""Labeled sets sent with a request (fit, eval, gate evaluation): parsing and fingerprints."""
+"""Labeled sets sent with a request (fit, eval, gate evaluation): their declaration
+(``LabeledSetBody``, whose JSON Schema the OpenAPI document serves), parsing and fingerprints."""
 
 from __future__ import annotations
 
