@@ -99,7 +99,11 @@ class RetirementRecord(Reply):
 
 
 class Contract(Reply):
-    """A stored contract: the registered fields, the server-assigned ones, and its hash."""
+    """A stored contract: the registered fields, the server-assigned ones, and its hash.
+
+    The calibrator, data window, split, baseline and policy are sent as stored (the hash
+    covers them): they are checked as objects and published with their registration's
+    schema, so a contract stored under earlier rules still reads back."""
 
     id: str
     version: int
