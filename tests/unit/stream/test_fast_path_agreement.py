@@ -25,42 +25,16 @@ from service.stream.batches import (
     parse_predictions,
     parse_predictions_declared,
 )
+from tests.unit.stream.hostile_json import JSON_ANY, ODD_TEXT, STAMPS, TEXT
 
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
 K = 3
 
-ODD_TEXT = st.sampled_from(
-    ["", " ", "\t", "a\x00b", "a\ud800", "x" * (MAX_ID_LENGTH + 1), "é", "😀"]
-)
-TEXT = st.one_of(st.text(min_size=0, max_size=8), ODD_TEXT)
-JSON_ANY = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(min_value=-(10**400), max_value=10**400),
-    st.floats(allow_nan=False, allow_infinity=False),
-    TEXT,
-    st.lists(st.integers(0, 3), max_size=3),
-    st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=2),
-)
 IDS = st.one_of(
     ODD_TEXT,
     st.sampled_from(["a b", " x ", "\u2028", "a\ud800b", "\x00"]),
     st.from_regex(r"[a-z0-9_-]{1,12}", fullmatch=True),
     TEXT,
-    JSON_ANY,
-)
-STAMPS = st.one_of(
-    st.sampled_from(
-        [
-            "2026-11-30T11:00:00Z",
-            "2026-11-30T11:00:00.123456+02:00",
-            "2026-11-30T11:00:00",
-            "1999-12-31T23:59:59Z",
-            "2026-12-02T12:00:01Z",
-            "2026-11-30 11:00:00Z",
-            "2026-02-30T11:00:00Z",
-        ]
-    ),
     JSON_ANY,
 )
 NUMBER = st.one_of(

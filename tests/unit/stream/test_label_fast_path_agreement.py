@@ -20,38 +20,13 @@ from hypothesis import strategies as st
 from service.common.errors import ValidationFailed
 from service.stream import batches
 from service.stream.batches import MAX_ID_LENGTH, LabelBatch, parse_labels
+from tests.unit.stream.hostile_json import JSON_ANY, ODD_TEXT, STAMPS
 
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
 K = 3
 INDEX_OF = {"cat": 0, "dog": 1, "owl": 2}
 
-ODD_TEXT = st.sampled_from(
-    ["", " ", "\t", "a\x00b", "a\ud800", "x" * (MAX_ID_LENGTH + 1), "é", "😀", "\u2028"]
-)
-JSON_ANY = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(min_value=-(10**400), max_value=10**400),
-    st.floats(allow_nan=False, allow_infinity=False),
-    st.text(max_size=8),
-    ODD_TEXT,
-    st.lists(st.integers(0, 3), max_size=3),
-    st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=2),
-)
 IDS = st.one_of(ODD_TEXT, st.from_regex(r"[a-z0-9_-]{1,6}", fullmatch=True), JSON_ANY)
-STAMPS = st.one_of(
-    st.sampled_from(
-        [
-            "2026-11-30T11:00:00Z",
-            "2026-11-30T11:00:00.123456+02:00",
-            "2026-11-30T11:00:00",
-            "1999-12-31T23:59:59Z",
-            "2026-12-02T12:00:01Z",
-            "2026-02-30T11:00:00Z",
-        ]
-    ),
-    JSON_ANY,
-)
 LABELS = st.one_of(
     st.integers(0, K - 1),
     st.sampled_from(sorted(INDEX_OF)),
