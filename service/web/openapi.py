@@ -152,14 +152,8 @@ def _schemas(replies: set[type[BaseModel]]) -> dict[str, Any]:
     return dict(sorted(schemas.items()))
 
 
-def document(app: Flask | None = None) -> dict[str, Any]:
-    """The whole OpenAPI document of ``app``'s declared routes (by default, of an application
-    with every blueprint registered and nothing else built)."""
-    if app is None:
-        from service.web.routes import register_blueprints
-
-        app = Flask(__name__)
-        register_blueprints(app)
+def document(app: Flask) -> dict[str, Any]:
+    """The whole OpenAPI document of ``app``'s declared routes."""
     paths: dict[str, dict[str, Any]] = {}
     replies: set[type[BaseModel]] = {Error}
     for template, method, op, view in sorted(_documented_routes(app), key=lambda r: (r[0], r[1])):

@@ -29,7 +29,7 @@ from service.contracts.model import content_sha256, hashed_document
 from service.contracts.store import get_contract
 from service.db.database import Database
 from service.gate.store import GateDecision, insert_decision
-from service.web.openapi import document
+from service.web.routes import api_document
 from tests.integration.conftest import ADMIN_TOKEN
 from tests.integration.factories import fit_body, registration_body
 from tests.integration.test_audit import KEY, rehash, sql
@@ -39,7 +39,7 @@ ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
 def conforms(reply: dict[str, Any], component: str) -> None:
     """``reply`` is valid under the served document's schema named ``component``."""
-    components = document()["components"]
+    components = api_document()["components"]
     schema = {"$ref": f"#/components/schemas/{component}", "components": components}
     Draft202012Validator(schema).validate(reply)
 

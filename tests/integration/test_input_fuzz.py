@@ -32,7 +32,7 @@ import pytest
 from flask.testing import FlaskClient
 
 from service.gate.requests import DEFAULT_GATE_POLICY
-from service.web.openapi import document
+from service.web.routes import api_document
 from tests.integration.conftest import Auth
 from tests.integration.factories import (
     REFERENCE_EVAL_LABELS,
@@ -321,7 +321,7 @@ def test_every_body_field_refuses_every_wrong_type(world: World, name: str) -> N
 def test_every_operation_with_a_body_is_fuzzed() -> None:
     with_bodies = {
         path
-        for path, ops in document()["paths"].items()
+        for path, ops in api_document()["paths"].items()
         for op in ops.values()
         if "requestBody" in op
     }
@@ -332,7 +332,7 @@ def query_parameters() -> list[tuple[str, str, str]]:
     """(OpenAPI path, method, parameter) of every query parameter the document lists."""
     return [
         (path, method, p["name"])
-        for path, ops in document()["paths"].items()
+        for path, ops in api_document()["paths"].items()
         for method, op in ops.items()
         for p in op.get("parameters", [])
         if p["in"] == "query"
@@ -365,7 +365,7 @@ def test_every_query_parameter_refuses_every_wrong_type(
 
 PATH_PARAMETERS = [
     (path, method)
-    for path, ops in document()["paths"].items()
+    for path, ops in api_document()["paths"].items()
     for method, op in ops.items()
     if any(p["in"] == "path" for p in op.get("parameters", []))
 ]

@@ -10,7 +10,7 @@ import jsonschema
 from flask import Flask
 from flask.testing import FlaskClient
 
-from service.web.openapi import document
+from service.web.routes import api_document
 from tests.integration.conftest import Auth
 from tests.integration.factories import fit_body
 
@@ -54,7 +54,7 @@ def test_the_openapi_document_describes_every_route(
     app: Flask, client: FlaskClient, auth: Auth
 ) -> None:
     served = client.get("/v1/openapi.json", headers=auth.headers("reader")).get_json()
-    assert served == json.loads(json.dumps(document()))
+    assert served == json.loads(json.dumps(api_document()))
     documented = {(m.upper(), p) for p, ops in served["paths"].items() for m in ops}
     api = {route for route in app_routes(app) if not route[1].startswith("/ui")}
     assert documented == api
@@ -88,7 +88,7 @@ def test_every_v1_route_enforces_its_roles(app: Flask, client: FlaskClient, auth
 
 def _valid(schema: dict[str, Any], instance: Any) -> bool:
     """Whether ``instance`` satisfies ``schema`` of the served document (refs resolved in it)."""
-    root = {**document(), **schema}
+    root = {**api_document(), **schema}
     return jsonschema.Draft202012Validator(root).is_valid(instance)
 
 
@@ -97,7 +97,7 @@ def _body(name: str) -> dict[str, Any]:
 
 
 def _query(path: str, name: str) -> dict[str, Any]:
-    (param,) = [p for p in document()["paths"][path]["get"]["parameters"] if p["name"] == name]
+    (param,) = [p for p in api_document()["paths"][path]["get"]["parameters"] if p["name"] == name]
     return dict(param["schema"])
 
 
@@ -183,7 +183,7 @@ def test_options_allows_only_the_methods_of_the_path(client: FlaskClient) -> Non
 
 
 def test_options_allows_the_documented_methods_of_every_path(client: FlaskClient) -> None:
-    for template, operations in document()["paths"].items():
+    for template, operations in api_document()["paths"].items():
         path = template.replace("{contract_id}", "some-id").replace("{model}", "glyphs")
         documented = {method.upper() for method in operations} | {"OPTIONS"}
         if "GET" in documented:

@@ -26,7 +26,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from service.web.openapi import document
+from service.web.routes import api_document
 from tests.integration.conftest import Auth, wipe
 from tests.integration.factories import fit_body
 
@@ -38,7 +38,7 @@ CHECKS = [
     response_schema_conformance,
     allow_header_conformance,
 ]
-OPERATIONS = [(method, path) for path, ops in document()["paths"].items() for method in ops]
+OPERATIONS = [(method, path) for path, ops in api_document()["paths"].items() for method in ops]
 
 
 def assert_envelope(response: Any) -> None:
@@ -50,7 +50,7 @@ def assert_envelope(response: Any) -> None:
 
 def served_schema(app: Flask, auth: Auth) -> Any:
     schema = schemathesis.openapi.from_wsgi("/v1/openapi.json", app, headers=auth.headers())
-    assert schema.raw_schema == json.loads(json.dumps(document()))
+    assert schema.raw_schema == json.loads(json.dumps(api_document()))
     return schema
 
 

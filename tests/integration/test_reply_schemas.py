@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from flask.testing import FlaskClient
 
-from service.web.openapi import document
+from service.web.routes import api_document
 from tests.integration.conftest import Auth
 from tests.integration.factories import binary_fit_body, fit_body, registration_body
 
@@ -43,7 +43,7 @@ class Replies:
     """Checks replies against the strict document and remembers which operations it saw."""
 
     def __init__(self) -> None:
-        doc = document()
+        doc = api_document()
         self.paths = doc["paths"]
         self.components = forbid_extra_keys(doc["components"])
         self.seen: set[tuple[str, str, str]] = set()

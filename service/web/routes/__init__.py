@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from flask import Flask
 
 
@@ -16,3 +18,12 @@ def register_blueprints(app: Flask) -> None:
     app.url_map.converters["contract_id"] = contracts.ContractIdConverter
     for module in (health, contracts, stream, gate, audit, openapi, metrics, ui):
         app.register_blueprint(module.bp)
+
+
+def api_document() -> dict[str, Any]:
+    """The OpenAPI document of every blueprint, built without the service (no database)."""
+    from service.web import openapi
+
+    app = Flask(__name__)
+    register_blueprints(app)
+    return openapi.document(app)
