@@ -276,7 +276,8 @@ NO_INF_NAN = AllowInfNan(False)
 Fraction = Annotated[float, NO_INF_NAN, number_in(0, 1), FINITE]
 
 
-def _timestamp(value: Any, info: ValidationInfo) -> datetime:
+def checked_timestamp(value: Any, info: ValidationInfo) -> datetime:
+    """An RFC 3339 timestamp with a zone within the accepted range around ``context["now"]``."""
     parsed = parse_timestamp(value)
     if parsed is None:
         raise problem(TIMESTAMP_HINT)
@@ -301,7 +302,7 @@ def context_of(info: ValidationInfo) -> Mapping[str, Any]:
 
 #: An RFC 3339 timestamp with a zone within the accepted range around the time of receipt, as an
 #: aware UTC datetime.
-Timestamp = Annotated[datetime, PlainValidator(_timestamp), WithJsonSchema(TIMESTAMP_SCHEMA)]
+Timestamp = Annotated[datetime, PlainValidator(checked_timestamp), WithJsonSchema(TIMESTAMP_SCHEMA)]
 
 
 def _path(loc: tuple[int | str, ...], prefix: str = "") -> str:

@@ -47,4 +47,4 @@ OptionalTimestamp = Annotated[
     str | None, documented({"type": ["string", "null"], "format": "date-time"})
 ]
 #: A pair of fractions: a 95% interval's lower and upper bounds.
-Interval = Annotated[list[float], Field(min_length=2, max_length=2)]
+Interval = Annotated[list[Fraction], Field(min_length=2, max_length=2)]

@@ -20,7 +20,9 @@ from datetime import UTC, datetime, timedelta
 FINE = timedelta(minutes=5)
 HOUR = timedelta(hours=1)
 MAX_WINDOW = timedelta(days=400)
-_DURATION = re.compile(r"([1-9][0-9]{0,7})([smhd])")
+#: A duration: a positive integer and a unit (``90s``, ``15m``, ``24h``, ``7d``).
+DURATION_PATTERN = re.compile(r"([1-9][0-9]{0,7})([smhd])")
+DURATION_HINT = "expected <positive integer><s|m|h|d>, e.g. 1h, 24h, 7d"
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 RESOLUTION_FINE = "5m"
@@ -37,9 +39,9 @@ class WindowError(ValueError):
 
 def parse_duration(text: str, limit: timedelta | None = MAX_WINDOW) -> timedelta:
     """``<int>[smhd]`` (``90s``, ``15m``, ``24h``, ``7d``) as a timedelta of up to ``limit``."""
-    match = _DURATION.fullmatch(text)
+    match = DURATION_PATTERN.fullmatch(text)
     if not match:
-        raise WindowError("window", "expected <positive integer><s|m|h|d>, e.g. 1h, 24h, 7d")
+        raise WindowError("window", DURATION_HINT)
     duration = timedelta(seconds=int(match.group(1)) * _UNIT_SECONDS[match.group(2)])
     if limit is not None and duration > limit:
         raise WindowError("window", "windows longer than 400 days are not kept")

@@ -20,19 +20,14 @@ from pydantic import (
     ConfigDict,
     PlainValidator,
     ValidationError,
-    ValidationInfo,
     WithJsonSchema,
 )
-from pydantic_core import PydanticCustomError
 
-from service.common.declared import TIMESTAMP_SCHEMA, json_pattern
+from service.common.declared import TIMESTAMP_SCHEMA, checked_timestamp, json_pattern, problem
 from service.common.errors import ErrorCollector, ErrorDetail, NotFound, ValidationFailed
 from service.common.values import (
     NAME_PATTERN,
-    TIMESTAMP_HINT,
-    parse_timestamp,
     text_problem,
-    timestamp_problem,
 )
 
 DEFAULT_LIMIT = 50
@@ -66,20 +61,6 @@ def check_text_arguments() -> None:
     errors.raise_if_any("invalid query parameters")
 
 
-def _problem(message: str) -> PydanticCustomError:
-    return PydanticCustomError("query", "{problem}", {"problem": message})
-
-
-def _timestamp(raw: Any, info: ValidationInfo) -> datetime:
-    parsed = parse_timestamp(raw) if isinstance(raw, str) else None
-    now = (info.context or {}).get("now") or datetime.now(UTC)
-    problem = TIMESTAMP_HINT if parsed is None else timestamp_problem(parsed, now)
-    if problem is not None:
-        raise _problem(problem)
-    assert parsed is not None
-    return parsed
-
-
 def _cursor(raw: Any) -> int:
     try:
         text = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode()
@@ -88,7 +69,7 @@ def _cursor(raw: Any) -> int:
             raise ValueError(text)
         return int(number)
     except (TypeError, ValueError, binascii.Error, UnicodeDecodeError):
-        raise _problem("not a cursor this endpoint returned") from None
+        raise problem("not a cursor this endpoint returned") from None
 
 
 def limit_of(maximum: int) -> Any:
@@ -96,7 +77,7 @@ def limit_of(maximum: int) -> Any:
 
     def check(raw: Any) -> int:
         if not isinstance(raw, str) or not _DIGITS.fullmatch(raw) or not 1 <= int(raw) <= maximum:
-            raise _problem(f"expected 1..{maximum}")
+            raise problem(f"expected 1..{maximum}")
         return int(raw)
 
     return Annotated[
@@ -111,7 +92,7 @@ def choice(*options: str) -> Any:
 
     def check(raw: Any) -> str:
         if raw not in options:
-            raise _problem(f"must be {' or '.join(options)}")
+            raise problem(f"must be {' or '.join(options)}")
         return str(raw)
 
     return Annotated[
@@ -124,7 +105,7 @@ def matching(pattern: re.Pattern[str], message: str) -> Any:
 
     def check(raw: Any) -> str:
         if not isinstance(raw, str) or not pattern.fullmatch(raw):
-            raise _problem(message)
+            raise problem(message)
         return raw
 
     return Annotated[
@@ -136,7 +117,7 @@ def matching(pattern: re.Pattern[str], message: str) -> Any:
 
 #: An RFC 3339 timestamp with a zone within the accepted range around the time of the request.
 TimestampParam = Annotated[
-    datetime | None, PlainValidator(_timestamp), WithJsonSchema(TIMESTAMP_SCHEMA)
+    datetime | None, PlainValidator(checked_timestamp), WithJsonSchema(TIMESTAMP_SCHEMA)
 ]
 #: The opaque cursor of a previous page: the sequence number it continues after (or before).
 CursorParam = Annotated[
@@ -146,7 +127,7 @@ CursorParam = Annotated[
 
 def _text(raw: Any) -> str:
     if not isinstance(raw, str) or not raw:
-        raise _problem("must not be empty")
+        raise problem("must not be empty")
     return raw
 
 

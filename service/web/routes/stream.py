@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import io
-import re
 from dataclasses import asdict
 from datetime import datetime, timedelta
 
@@ -26,7 +25,13 @@ from service.stream import history as histories
 from service.stream import readings as monitoring
 from service.stream.cohorts import ALL, KEY_PATTERN, parse_slice_query
 from service.stream.replies import Calibration, Cohorts, History, LabelsApplied, PredictionsAccepted
-from service.stream.windows import Window, WindowError, parse_duration
+from service.stream.windows import (
+    DURATION_HINT,
+    DURATION_PATTERN,
+    Window,
+    WindowError,
+    parse_duration,
+)
 from service.web.arrow_body import arrow_batch_body, is_arrow
 from service.web.auth import requires
 from service.web.bodies import json_batch_body
@@ -131,9 +136,8 @@ def labels() -> Response:
     return reply(LabelsApplied, result.to_dict())
 
 
-_DURATION = re.compile(r"[1-9][0-9]{0,7}[smhd]")
 #: A duration: a positive integer and a unit (``90s``, ``15m``, ``24h``, ``7d``).
-DurationParam = matching(_DURATION, "expected <positive integer><s|m|h|d>, e.g. 1h, 24h, 7d")
+DurationParam = matching(DURATION_PATTERN, DURATION_HINT)
 
 
 def _cohort(raw: str | None) -> str:
