@@ -55,6 +55,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from service.common.errors import ErrorCollector
 from service.common.values import (
     MAX_JSON_INTEGER,
+    NAME_MESSAGE,
     NAME_PATTERN,
     TIMESTAMP_HINT,
     finite_float,
@@ -82,7 +83,6 @@ def json_pattern(pattern: re.Pattern[str]) -> str:
 NO_NUL_PATTERN = r"^[^\u0000]*$"
 #: ``NAME_PATTERN`` as a JSON Schema pattern.
 NAME_JSON_PATTERN = json_pattern(NAME_PATTERN)
-NAME_MESSAGE = "may contain only letters, digits and . _ : - (max 200)"
 #: An RFC 3339 timestamp with a zone, from the year 2000 on (the earliest accepted; the latest,
 #: a day after receipt, moves with the clock and is left to validation).
 TIMESTAMP_SCHEMA: dict[str, Any] = {

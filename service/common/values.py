@@ -33,6 +33,8 @@ _RFC3339 = re.compile(
     r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})", re.ASCII
 )
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}\Z")
+#: What a text refused by ``NAME_PATTERN`` is told.
+NAME_MESSAGE = "may contain only letters, digits and . _ : - (max 200)"
 #: The fraction of a timestamp's seconds (right after them, at offset 19).
 _LEAP_FRACTION = re.compile(r"(?<=^.{19})\.\d+")
 MAX_JSON_INTEGER = 2**53 - 1
@@ -109,7 +111,7 @@ def expect_str(
         errors.add(path, f"must be one of {', '.join(sorted(choices))}", item)
         return None
     if pattern is not None and not pattern.fullmatch(value):
-        errors.add(path, "may contain only letters, digits and . _ : - (max 200)", item)
+        errors.add(path, NAME_MESSAGE, item)
         return None
     return value
 

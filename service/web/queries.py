@@ -26,6 +26,7 @@ from pydantic import (
 from service.common.declared import TIMESTAMP_SCHEMA, checked_timestamp, json_pattern, problem
 from service.common.errors import ErrorCollector, ErrorDetail, NotFound, ValidationFailed
 from service.common.values import (
+    NAME_MESSAGE,
     NAME_PATTERN,
     text_problem,
 )
@@ -136,7 +137,7 @@ TextParam = Annotated[
     str | None, PlainValidator(_text), WithJsonSchema({"type": "string", "minLength": 1})
 ]
 #: A model name.
-NameParam = matching(NAME_PATTERN, "may contain only letters, digits and . _ : - (max 200)")
+NameParam = matching(NAME_PATTERN, NAME_MESSAGE)
 
 
 class Query(BaseModel):
