@@ -91,9 +91,24 @@ class Backend(Protocol):
         """Fill the per-connection temporary ``table`` with ``rows``, emptied first or at every
         commit; ``keys`` name the columns the statements on it join or filter on."""
 
+    def insert_new_predictions(
+        self, session: Session, params: Mapping[str, Any], rows: Sequence[Sequence[Any]]
+    ) -> bool:
+        """Insert ``rows`` (``StagedPrediction`` tuples) of ``:model`` bound to
+        ``:contract_id``, received ``:now``, on the bet that none of their ids is stored: True
+        when all were inserted, False (nothing written) when some id was stored already and the
+        batch must take the staged path (``insert_staged_predictions``)."""
+
     def insert_staged_predictions(self, session: Session, params: Mapping[str, Any]) -> set[str]:
         """Insert the staged predictions whose ids are new for ``:model``; return the ids
         inserted."""
+
+    def claim_waiting_labels(
+        self, session: Session, model: str, ids: Sequence[str]
+    ) -> list[tuple[Any, ...]]:
+        """Mark as joined the waiting labels of ``model`` whose predictions were just inserted:
+        those among ``ids``, or among the staged predictions where the backend always stages
+        (a superset of ``ids``). Returns ``(id, label, label name)`` of each."""
 
     def fetch_rows(self, session: Session, statement: AnySelect) -> list[tuple[Any, ...]]:
         """Every row of ``statement`` as a plain tuple: binary columns as ``bytes``, timestamps

@@ -37,6 +37,17 @@ def _prediction_by_id(id_sql: str, columns: str, model: str = ":model") -> str:
 
 _FOUND_COLUMNS = "contract_id, ts, slices, inputs"
 
+_PREDICTION_COLUMNS = "model, id, ts, contract_id, cohort, slices, inputs, received_at"
+#: ``claim_waiting_labels``'s statement: the ids as one binary ``text[]`` parameter.
+CLAIM_WAITING = (
+    "UPDATE labels l SET joined = true FROM unnest(%(ids)b::text[]) AS u(id)"
+    ' WHERE l.model = %(model)s AND NOT l.joined AND l.id = u.id COLLATE "C"'
+    " RETURNING l.id, l.label, l.label_name"
+)
+
+#: The binary form of ``json`` is its text: the canonical cohort text goes as it is.
+_PREDICTION_TYPES = ["text", "text", "timestamptz", "text", "text", "text", "bytea", "timestamptz"]
+
 #: What a staging table's column of each type is declared with beyond its type.
 _STAGED_STORAGE = {"text": ' COLLATE "C"', "bytea": " COMPRESSION lz4"}
 
@@ -170,6 +181,43 @@ class PostgreSQL:
             "  AND contract_id = s.contract_id FOR UPDATE) b"
         )
         return _binary_rows(session, statement, {**params, "only": list(only or ())})
+
+    def insert_new_predictions(
+        self, session: Session, params: Mapping[str, Any], rows: Sequence[Sequence[Any]]
+    ) -> bool:
+        """One binary ``COPY`` straight into ``predictions`` under a savepoint. A batch whose ids
+        are all new (the usual case: a retry is the exception) is then written once, without a
+        staging table, its ``ANALYZE`` and the speculative ``INSERT ... ON CONFLICT``, which
+        together cost PostgreSQL about three times the ``COPY``. A stored id (a resent batch,
+        or one committed meanwhile by a concurrent transaction) breaks the primary key and
+        undoes the ``COPY``."""
+        copy_sql = f"COPY predictions ({_PREDICTION_COLUMNS}) FROM STDIN (FORMAT BINARY)"
+        head = (params["model"],)
+        tail = (params["now"],)
+        contract_id = params["contract_id"]
+        try:
+            with (
+                session.begin_nested(),
+                _driver_errors(session, copy_sql),
+                _psycopg(session).cursor() as cursor,
+                cursor.copy(copy_sql) as copy,
+            ):
+                copy.set_types(_PREDICTION_TYPES)
+                for ident, ts, cohort, slices, inputs in rows:
+                    copy.write_row((*head, ident, ts, contract_id, cohort, slices, inputs, *tail))
+        except IntegrityError as exc:
+            if not isinstance(exc.orig, psycopg.errors.UniqueViolation):
+                raise
+            return False
+        return True
+
+    def claim_waiting_labels(
+        self, session: Session, model: str, ids: Sequence[str]
+    ) -> list[tuple[Any, ...]]:
+        """The ids go as one binary ``text[]`` (the batch is staged only after a failed
+        ``COPY``), hashed against the waiting labels found through their partial index."""
+        with self.linear_joins(session):
+            return _binary_rows(session, CLAIM_WAITING, {"model": model, "ids": list(ids)})
 
     def insert_staged_predictions(self, session: Session, params: Mapping[str, Any]) -> set[str]:
         """The inserted ids come back as one array, fetched in binary (a row per id would cost

@@ -104,6 +104,26 @@ class SQLite:
         wanted = None if only is None else set(only)
         return [tuple(row) for row in rows if wanted is None or row[0] in wanted]
 
+    def insert_new_predictions(
+        self, session: Session, params: Mapping[str, Any], rows: Sequence[Sequence[Any]]
+    ) -> bool:
+        """Never taken: SQLite's staging costs an ``executemany`` into a temporary table, about
+        what a plain insert would, so every batch takes the staged path."""
+        return False
+
+    def claim_waiting_labels(
+        self, session: Session, model: str, ids: Sequence[str]
+    ) -> list[tuple[Any, ...]]:
+        """Every batch is staged here: the staged ids stand for ``ids``."""
+        rows = session.execute(
+            text(
+                "UPDATE labels SET joined = true WHERE model = :model AND NOT joined"
+                " AND id IN (SELECT id FROM stage_predictions) RETURNING id, label, label_name"
+            ),
+            {"model": model},
+        )
+        return [tuple(row) for row in rows]
+
     def insert_staged_predictions(self, session: Session, params: Mapping[str, Any]) -> set[str]:
         statement = text(
             "INSERT INTO predictions (model, id, ts, contract_id, cohort, slices, inputs,"

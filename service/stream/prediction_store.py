@@ -77,9 +77,11 @@ def insert_predictions(
     text (the service writes its canonical form, kept verbatim by ``json`` on PostgreSQL and by
     SQLite's text) and the raw bytes of ``inputs``. Up to 20 conflicting ids are returned.
     """
-    staging.load(session, "stage_predictions", rows)
     backend = backend_of(session)
     params = {"model": model, "contract_id": contract_id, "now": now}
+    if backend.insert_new_predictions(session, params, rows):
+        return {row[0] for row in rows}, []
+    staging.load(session, "stage_predictions", rows)
     inserted = backend.insert_staged_predictions(session, params)
     conflicts: list[str] = []
     if len(inserted) < len(rows):
@@ -112,14 +114,7 @@ def join_waiting_labels(session: Session, model: str, ids: set[str]) -> dict[str
         select(select(LabelRecord.id).where(LabelRecord.model == model, _WAITING).exists())
     ):
         return {}
-    with backend_of(session).linear_joins(session):
-        rows = session.execute(
-            text(
-                "UPDATE labels SET joined = true WHERE model = :model AND NOT joined"
-                " AND id IN (SELECT id FROM stage_predictions) RETURNING id, label, label_name"
-            ),
-            {"model": model},
-        ).all()
+    rows = backend_of(session).claim_waiting_labels(session, model, sorted(ids))
     waiting = {row[0]: SentLabel(int(row[1]), row[2]) for row in rows}
     stray = set(waiting) - ids
     if stray:

@@ -68,8 +68,8 @@ def _terminated_after(app: Flask, database_url: str, marker: str) -> Iterator[li
 @pytest.mark.parametrize(
     ("route", "marker"),
     [
-        ("/v1/predictions", "CREATE TEMP TABLE IF NOT EXISTS stage_predictions"),
-        ("/v1/predictions", "ANALYZE stage_predictions"),
+        ("/v1/predictions", "SAVEPOINT"),
+        ("/v1/predictions", "CREATE TEMP TABLE IF NOT EXISTS stage_bucket_deltas"),
         ("/v1/labels", "CREATE TEMP TABLE IF NOT EXISTS stage_labels"),
         ("/v1/labels", "CREATE TEMP TABLE IF NOT EXISTS stage_bucket_deltas"),
     ],
