@@ -95,7 +95,7 @@ def batches(draw: st.DrawFn, value_key: str, values: st.SearchStrategy[Any]) -> 
         how = draw(st.sampled_from(["replace", "replace", "replace", "drop", "not an object"]))
         if how == "not an object":
             items[i] = draw(JSON_ANY)
-        elif isinstance(items[i], dict) and how == "drop":
+        elif isinstance(items[i], dict) and items[i] and how == "drop":
             items[i].pop(draw(st.sampled_from(sorted(items[i]))))
         elif isinstance(items[i], dict):
             field, value = draw(hostile(value_key))
