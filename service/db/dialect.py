@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+import numpy as np
 from sqlalchemy import Connection, Select, Table
 from sqlalchemy.dialects.postgresql import Insert as PgInsert
 from sqlalchemy.dialects.sqlite import Insert as SqliteInsert
@@ -46,6 +47,29 @@ class RecordedLabels:
     slices: list[str]
     inputs: list[bytes]
     waiting: list[str]
+
+
+@dataclass(frozen=True)
+class PredictionColumns:
+    """A validated batch of new predictions, column by column (N rows, in id order).
+
+    ``ts`` are aware datetimes, ``cohorts`` each row's canonical cohort JSON text, ``slices``
+    its JSON list of slices, ``inputs`` (N, W) little-endian float64: row ``i``'s stored bytes
+    are ``inputs[i].tobytes()``.
+    """
+
+    ids: list[str]
+    ts: list[datetime]
+    cohorts: list[str]
+    slices: list[str]
+    inputs: np.ndarray
+
+    def rows(self) -> list[tuple[str, datetime, str, str, bytes]]:
+        """Row by row, in the column order of the ``stage_predictions`` staging table."""
+        width = self.inputs.itemsize * int(np.prod(self.inputs.shape[1:], dtype=np.int64))
+        buffer = np.ascontiguousarray(self.inputs, dtype="<f8").tobytes()
+        stored = [buffer[i : i + width] for i in range(0, len(buffer), width)]
+        return list(zip(self.ids, self.ts, self.cohorts, self.slices, stored, strict=True))
 
 
 class Backend(Protocol):
@@ -92,10 +116,10 @@ class Backend(Protocol):
         commit; ``keys`` name the columns the statements on it join or filter on."""
 
     def insert_new_predictions(
-        self, session: Session, params: Mapping[str, Any], rows: Sequence[Sequence[Any]]
+        self, session: Session, params: Mapping[str, Any], columns: PredictionColumns
     ) -> bool:
-        """Insert ``rows`` (``StagedPrediction`` tuples) of ``:model`` bound to
-        ``:contract_id``, received ``:now``, on the bet that none of their ids is stored: True
+        """Insert the predictions ``columns`` of ``:model`` bound to ``:contract_id``, received
+        ``:now``, on the bet that none of their ids is stored: True
         when all were inserted, False (nothing written) when some id was stored already and the
         batch must take the staged path (``insert_staged_predictions``)."""
 

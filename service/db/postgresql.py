@@ -16,12 +16,14 @@ from datetime import datetime
 from typing import Any, cast
 
 import psycopg
+import pyarrow as pa
 from sqlalchemy import Connection, Select, Table, text
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
-from service.db.dialect import AnySelect, Columns, RecordedLabels, Rows
+from service.db import binary_copy
+from service.db.dialect import AnySelect, Columns, PredictionColumns, RecordedLabels, Rows
 
 
 def _epoch(column: str) -> str:
@@ -45,8 +47,6 @@ CLAIM_WAITING = (
     " RETURNING l.id, l.label, l.label_name"
 )
 
-#: The binary form of ``json`` is its text: the canonical cohort text goes as it is.
-_PREDICTION_TYPES = ["text", "text", "timestamptz", "text", "text", "text", "bytea", "timestamptz"]
 
 #: What a staging table's column of each type is declared with beyond its type.
 _STAGED_STORAGE = {"text": ' COLLATE "C"', "bytea": " COMPRESSION lz4"}
@@ -183,18 +183,30 @@ class PostgreSQL:
         return _binary_rows(session, statement, {**params, "only": list(only or ())})
 
     def insert_new_predictions(
-        self, session: Session, params: Mapping[str, Any], rows: Sequence[Sequence[Any]]
+        self, session: Session, params: Mapping[str, Any], columns: PredictionColumns
     ) -> bool:
-        """One binary ``COPY`` straight into ``predictions`` under a savepoint. A batch whose ids
-        are all new (the usual case: a retry is the exception) is then written once, without a
-        staging table, its ``ANALYZE`` and the speculative ``INSERT ... ON CONFLICT``, which
-        together cost PostgreSQL about three times the ``COPY``. A stored id (a resent batch,
-        or one committed meanwhile by a concurrent transaction) breaks the primary key and
-        undoes the ``COPY``."""
+        """One binary ``COPY`` straight into ``predictions`` under a savepoint, its input built
+        column by column (``binary_copy``). A batch whose ids are all new (the usual case: a
+        retry is the exception) is then written once, without a staging table, its ``ANALYZE``
+        and the speculative ``INSERT ... ON CONFLICT``, which together cost PostgreSQL about
+        three times the ``COPY``. A stored id (a resent batch, or one committed meanwhile by a
+        concurrent transaction) breaks the primary key and undoes the ``COPY``."""
+        n = len(columns.ids)
+        if not n:
+            return True
+        data = binary_copy.payload(
+            [
+                binary_copy.constant(params["model"].encode(), n),
+                binary_copy.texts(pa.array(columns.ids, pa.string())),
+                binary_copy.timestamps(pa.array(columns.ts, pa.timestamp("us", "UTC"))),
+                binary_copy.constant(params["contract_id"].encode(), n),
+                binary_copy.texts(pa.array(columns.cohorts, pa.string())),
+                binary_copy.texts(pa.array(columns.slices, pa.string())),
+                binary_copy.fixed(columns.inputs.astype("<f8", copy=False)),
+                binary_copy.timestamp(params["now"], n),
+            ]
+        )
         copy_sql = f"COPY predictions ({_PREDICTION_COLUMNS}) FROM STDIN (FORMAT BINARY)"
-        head = (params["model"],)
-        tail = (params["now"],)
-        contract_id = params["contract_id"]
         try:
             with (
                 session.begin_nested(),
@@ -202,9 +214,7 @@ class PostgreSQL:
                 _psycopg(session).cursor() as cursor,
                 cursor.copy(copy_sql) as copy,
             ):
-                copy.set_types(_PREDICTION_TYPES)
-                for ident, ts, cohort, slices, inputs in rows:
-                    copy.write_row((*head, ident, ts, contract_id, cohort, slices, inputs, *tail))
+                copy.write(data)
         except IntegrityError as exc:
             if not isinstance(exc.orig, psycopg.errors.UniqueViolation):
                 raise

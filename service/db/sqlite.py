@@ -19,7 +19,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 from sqlalchemy.types import TypeEngine
 
-from service.db.dialect import AnySelect, Columns, RecordedLabels, Rows
+from service.db.dialect import AnySelect, Columns, PredictionColumns, RecordedLabels, Rows
 from service.db.types import UTCDateTime
 
 _NOW = bindparam("now", type_=UTCDateTime())
@@ -105,7 +105,7 @@ class SQLite:
         return [tuple(row) for row in rows if wanted is None or row[0] in wanted]
 
     def insert_new_predictions(
-        self, session: Session, params: Mapping[str, Any], rows: Sequence[Sequence[Any]]
+        self, session: Session, params: Mapping[str, Any], columns: PredictionColumns
     ) -> bool:
         """Never taken: SQLite's staging costs an ``executemany`` into a temporary table, about
         what a plain insert would, so every batch takes the staged path."""

@@ -28,6 +28,7 @@ from service.common.json_text import JsonText
 from service.config import Settings
 from service.contracts import store as contracts_store
 from service.contracts.model import Contract
+from service.db.dialect import PredictionColumns
 from service.stream import fold_store, prediction_store
 from service.stream.arrow_batches import labels_from_arrow, predictions_from_arrow
 from service.stream.batches import (
@@ -238,20 +239,18 @@ def _store_predictions(
     capped = admit_cohorts(session, model, [distinct[k] for k in used], settings)
     slices = {k: slices_of(c) for k, c in zip(used, capped, strict=True)}
     slices_json = {k: json.dumps(v, separators=(",", ":")) for k, v in slices.items()}
-    rows = [
-        (
-            batch.ids[i],
-            batch.ts[i],
-            cohort_json[cohort_of[i]],
-            slices_json[cohort_of[i]],
-            stored[i],
-        )
-        # In key order: concurrent batches with overlapping ids then wait on each other in the
-        # same order instead of deadlocking, and the primary-key index is walked in order.
-        for i in sorted(keep, key=batch.ids.__getitem__)
-    ]
+    # In key order: concurrent batches with overlapping ids then wait on each other in the
+    # same order instead of deadlocking, and the primary-key index is walked in order.
+    order = sorted(keep, key=batch.ids.__getitem__)
+    columns = PredictionColumns(
+        ids=[batch.ids[i] for i in order],
+        ts=[batch.ts[i] for i in order],
+        cohorts=[cohort_json[cohort_of[i]] for i in order],
+        slices=[slices_json[cohort_of[i]] for i in order],
+        inputs=np.ascontiguousarray(batch.inputs[order], dtype="<f8"),
+    )
     inserted, conflicts = prediction_store.insert_predictions(
-        session, model, contract.id, rows, now
+        session, model, contract.id, columns, now
     )
     if conflicts:
         raise Conflict(

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from service.db import staging
 from service.db.backend import backend_of
+from service.db.dialect import PredictionColumns
 from service.db.models import LabelRecord, PredictionRecord
 from service.stream.label_classes import SentLabel
 
@@ -20,11 +21,6 @@ from service.stream.label_classes import SentLabel
 #: ``ix_labels_waiting`` (``NOT joined``): neither planner matches the index to the forms
 #: SQLAlchemy writes for a false boolean (``joined IS false``, SQLite's ``joined = 0``).
 _WAITING = text("NOT labels.joined")
-
-#: A validated prediction ready to store: (id, ts, canonical cohort JSON, slices JSON, inputs);
-#: ``inputs`` are the packed float64 bytes.
-StagedPrediction = tuple[str, datetime, str, str, bytes]
-
 
 #: A validated label ready to store: (id, class index, class name as sent or None, ts); the
 #: index of a label sent by name is provisional (``LabelRecord``).
@@ -67,9 +63,9 @@ class JoinedLabels:
 
 
 def insert_predictions(
-    session: Session, model: str, contract_id: str, rows: Sequence[StagedPrediction], now: datetime
+    session: Session, model: str, contract_id: str, columns: PredictionColumns, now: datetime
 ) -> tuple[set[str], list[str]]:
-    """Insert new predictions, skipping ids already stored.
+    """Insert new predictions (``columns``, in id order), skipping ids already stored.
 
     Returns ``(inserted ids, conflicting ids)``: a conflicting id is stored with other content
     (the caller rolls back). Ids stored with the same content are neither: duplicates. The
@@ -79,8 +75,9 @@ def insert_predictions(
     """
     backend = backend_of(session)
     params = {"model": model, "contract_id": contract_id, "now": now}
-    if backend.insert_new_predictions(session, params, rows):
-        return {row[0] for row in rows}, []
+    if backend.insert_new_predictions(session, params, columns):
+        return set(columns.ids), []
+    rows = columns.rows()
     staging.load(session, "stage_predictions", rows)
     inserted = backend.insert_staged_predictions(session, params)
     conflicts: list[str] = []
