@@ -413,38 +413,41 @@ def reference_ceiling(url: str, rows: int, batch: int, loops: int) -> float:
 
 def calmon_sql_ceilings(url: str, rows: int, batch: int) -> tuple[float, float]:
     """Rows/s of calmon's own storage statements driven directly, one connection, batches of
-    ``batch``: the prediction insert (staging included) and the label join that reads each
+    ``batch``: the prediction insert and the label join that reads each
     prediction's stored inputs back. No HTTP, JSON, validation or bucket statistics."""
-    from service.db import staging
     from service.db.database import Database
+    from service.db.dialect import PredictionColumns
     from service.stream import prediction_store
 
     database = Database(url)
-    columns = [name for name, _, _ in staging.STAGING_TABLES["stage_predictions"]]
     rng = np.random.default_rng(5)
     now = datetime.now(UTC)
-    values = {
-        "ts": now,
-        "cohort": '{"region": "emea"}',
-        "slices": '["all", "region=emea"]',
-    }
-    staged = [
-        tuple(
-            f"c{i}" if c == "id" else rng.normal(size=K).tobytes() if c == "inputs" else values[c]
-            for c in columns
+    ids = [f"c{i}" for i in range(rows)]
+    inputs = rng.normal(size=(rows, K))
+    cuts = [(offset, min(offset + batch, rows)) for offset in range(0, rows, batch)]
+    predictions = [
+        PredictionColumns(
+            ids=sorted(ids[a:b]),
+            ts=[now] * (b - a),
+            cohorts=['{"region":"emea"}'] * (b - a),
+            slices=['["all","region=emea"]'] * (b - a),
+            inputs=inputs[a:b],
         )
-        for i in range(rows)
+        for a, b in cuts
     ]
-    labels = [(f"c{i}", i % K, None, now) for i in range(rows)]
+    labels = [[(f"c{i}", i % K, None, now) for i in range(a, b)] for a, b in cuts]
     seconds = []
-    for store, items in (
-        (lambda s, part: prediction_store.insert_predictions(s, "ceiling", "c", part, now), staged),
+    for store, parts in (
+        (
+            lambda s, part: prediction_store.insert_predictions(s, "ceiling", "c", part, now),
+            predictions,
+        ),
         (lambda s, part: prediction_store.record_labels(s, "ceiling", part, now), labels),
     ):
         start = time.perf_counter()
-        for offset in range(0, rows, batch):
+        for part in parts:
             with database.session() as session:
-                store(session, items[offset : offset + batch])
+                store(session, part)
                 session.commit()
         seconds.append(time.perf_counter() - start)
     with database.session() as session:
