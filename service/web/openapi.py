@@ -8,11 +8,13 @@ route enforces. Every operation lists each status and content type it can answer
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from flask import Blueprint, Flask, Response, current_app, jsonify
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
+from werkzeug.routing import Rule
 
 from service.auth.tokens import GRANTS, Permission
 from service.contracts.requests import FIT, REGISTRATION, RETIREMENT
@@ -90,7 +92,12 @@ def _query_parameters(query: type[BaseModel] | None) -> list[dict[str, Any]]:
     return out
 
 
-def _operation(op: Operation, path_parameters: list[str], permission: Permission | None) -> dict:
+def _operation(
+    op: Operation,
+    path_parameters: list[str],
+    permission: Permission | None,
+    patterns: dict[str, str],
+) -> dict:
     success: dict[str, Any] = {}
     if op.reply is not None:
         success[JSON] = {"schema": _ref(op.reply.__name__)}
@@ -110,7 +117,15 @@ def _operation(op: Operation, path_parameters: list[str], permission: Permission
         out["security"] = []
     responses.update(_errors(*op.errors))
     parameters = [
-        {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+        {
+            "name": name,
+            "in": "path",
+            "required": True,
+            "schema": {
+                "type": "string",
+                **({"pattern": patterns[name]} if name in patterns else {}),
+            },
+        }
         for name in path_parameters
     ] + _query_parameters(op.query)
     if parameters:
@@ -129,7 +144,22 @@ def _operation(op: Operation, path_parameters: list[str], permission: Permission
     return out
 
 
-def _documented_routes(app: Flask) -> list[tuple[str, str, Operation, Any]]:
+#: A variable of a Flask rule: ``<name>`` or ``<converter:name>`` (converter arguments aside).
+_RULE_VARIABLE = re.compile(r"<(?:(\w+)(?:\([^)]*\))?:)?(\w+)>")
+
+
+def _path_patterns(app: Flask, rule: Rule) -> dict[str, str]:
+    """``{argument: pattern}`` of the rule's variables whose converter narrows a path segment
+    (the default converter takes any segment and states no pattern)."""
+    patterns = {}
+    for converter, name in _RULE_VARIABLE.findall(rule.rule):
+        regex = app.url_map.converters[converter].regex if converter else None
+        if regex and converter != "default":
+            patterns[name] = f"^{regex}$"
+    return patterns
+
+
+def _documented_routes(app: Flask) -> list[tuple[str, str, Operation, Any, dict[str, str]]]:
     found = []
     for rule in app.url_map.iter_rules():
         view = app.view_functions.get(rule.endpoint)
@@ -137,8 +167,9 @@ def _documented_routes(app: Flask) -> list[tuple[str, str, Operation, Any]]:
         if op is None:
             continue
         template = (route_template(rule) or rule.rule).replace("<", "{").replace(">", "}")
+        patterns = _path_patterns(app, rule)
         for method in sorted((rule.methods or set()) - {"HEAD", "OPTIONS"}):
-            found.append((template, method.lower(), op, view))
+            found.append((template, method.lower(), op, view, patterns))
     return found
 
 
@@ -156,10 +187,13 @@ def document(app: Flask) -> dict[str, Any]:
     """The whole OpenAPI document of ``app``'s declared routes."""
     paths: dict[str, dict[str, Any]] = {}
     replies: set[type[BaseModel]] = {Error}
-    for template, method, op, view in sorted(_documented_routes(app), key=lambda r: (r[0], r[1])):
+    routes = sorted(_documented_routes(app), key=lambda r: (r[0], r[1]))
+    for template, method, op, view, patterns in routes:
         rule_arguments = [p.strip("{}") for p in template.split("/") if p.startswith("{")]
         permission = getattr(view, "required_permission", None)
-        paths.setdefault(template, {})[method] = _operation(op, rule_arguments, permission)
+        paths.setdefault(template, {})[method] = _operation(
+            op, rule_arguments, permission, patterns
+        )
         if op.reply is not None:
             replies.add(op.reply)
     return {

@@ -190,3 +190,14 @@ def test_options_allows_the_documented_methods_of_every_path(client: FlaskClient
             documented.add("HEAD")
         allow = set(client.options(path).headers["Allow"].split(", "))
         assert allow == documented, template
+
+
+def test_a_path_parameter_states_what_its_route_takes(client: FlaskClient, auth: Auth) -> None:
+    """``GET /v1/contracts/fit`` is no contract's path (405: ``fit`` is POST's own), and the
+    document says so: the contract id's pattern refuses ``fit`` and takes any other segment."""
+    contract = api_document()["paths"]["/v1/contracts/{contract_id}"]["get"]
+    (parameter,) = [p for p in contract["parameters"] if p["name"] == "contract_id"]
+    pattern = re.compile(parameter["schema"]["pattern"])
+    assert client.get("/v1/contracts/fit", headers=auth.headers()).status_code == 405
+    assert not pattern.search("fit")
+    assert pattern.search("fitted") and pattern.search("some-id")
