@@ -36,8 +36,9 @@ log = logging.getLogger(__name__)
 FOLD_AFTER = timedelta(hours=24)
 
 #: A request counts its late labels itself only where at least this many of them fall in one
-#: 5-minute bucket (same contract and slice list); the others wait for the fold.
-COUNTED_AT = 2
+#: 5-minute bucket (same contract and slice list), so that its bucket rows are rewritten for at
+#: most a quarter of a row per slice and label; the others wait for the fold.
+COUNTED_AT = 4
 
 #: Rows evaluated together by ``count_labels``.
 BLOCK = 4_096

@@ -15,7 +15,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, bindparam, delete, func, literal, select, text, union_all
+from sqlalchemy import (
+    CursorResult,
+    bindparam,
+    delete,
+    func,
+    literal,
+    select,
+    text,
+    union_all,
+)
 from sqlalchemy.orm import Session
 
 from service.common.values import format_timestamp
@@ -25,7 +34,6 @@ from service.db.models import LabelFoldMark, UnfoldedLabel
 from service.db.types import UTCDateTime
 
 _NOW = bindparam("now", type_=UTCDateTime())
-_UPTO = bindparam("upto", type_=UTCDateTime())
 _CUTOFF = bindparam("cutoff", type_=UTCDateTime())
 
 
@@ -92,26 +100,10 @@ def claim(session: Session, model: str, upto: datetime, limit: int) -> ClaimedLa
     key order) and return them with their predictions; the caller counts them in the same
     transaction. A row another transaction claims at the same time is left to it (PostgreSQL
     waits for that transaction's end and skips the row if it was deleted)."""
-    rows = session.execute(
-        text(
-            "DELETE FROM unfolded_labels WHERE model = :model AND id IN (SELECT id FROM"
-            " unfolded_labels WHERE model = :model AND queued_at <= :upto ORDER BY id"
-            " LIMIT :limit) RETURNING id, label"
-        ).bindparams(_UPTO),
-        {"model": model, "upto": upto, "limit": limit},
-    ).all()
-    if not rows:
-        return ClaimedLabels([], [], [], [], [], [], 0)
-    staging.load(session, "stage_fold_labels", sorted((r[0], int(r[1])) for r in rows))
-    backend = backend_of(session)
-    found = session.execute(
-        text(
-            f"SELECT f.id, f.label, p.contract_id, {backend.epoch_seconds('p.ts')}, p.slices,"
-            " p.inputs FROM stage_fold_labels f JOIN predictions p ON p.model = :model"
-            " AND p.id = f.id ORDER BY f.id"
-        ),
-        {"model": model},
-    ).all()
+    rows = backend_of(session).claim_queued_labels(
+        session, {"model": model, "upto": upto, "limit": limit}
+    )
+    found = [row for row in rows if row[2] is not None]
     cols: list[tuple[Any, ...]] = list(zip(*found, strict=True)) if found else [()] * 6
     return ClaimedLabels(
         ids=list(cols[0]),
