@@ -286,9 +286,10 @@ class LabelRecord(Base):
 class UnfoldedLabel(Base):
     """A joined label acknowledged but not yet counted in its buckets: it waits for the fold.
 
-    A label whose 5-minute bucket no other label of its request shares is queued here instead
-    of rewriting its buckets alone (``service.stream.fold``); the fold deletes the row in the
-    transaction that adds the label to its buckets, so a label is counted exactly once.
+    A late label whose 5-minute bucket few other labels of its request share is queued here
+    instead of rewriting its buckets for itself (``service.stream.fold``); the fold deletes the
+    row in the transaction that adds the label to its buckets, so a label is counted exactly
+    once.
     ``label`` repeats the class index, so the fold reads only the prediction; ``queued_at`` is
     when the label was acknowledged.
     """

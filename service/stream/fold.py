@@ -1,13 +1,12 @@
 """The label fold: labels acknowledged by their request and counted in their buckets later.
 
 A label request counts at once the labels of predictions from the last ``FOLD_AFTER`` (the
-windows most alerts read stay exact) and the older ones that share a 5-minute bucket (of the
-same contract and slice list) with another label of the request: their bucket rows are
-rewritten once for several labels. An older label alone in its bucket (late and scattered
-labels mostly are) would rewrite four or more bucket rows by itself; it is queued instead
-(``fold_store``), and the fold
-counts the queued labels of a model together, each touched bucket row rewritten once per fold
-chunk of ``FOLD_CHUNK`` labels.
+windows most alerts read stay exact) and the older ones that fall at least ``COUNTED_AT`` to a
+5-minute bucket (of the same contract and slice list): their bucket rows are rewritten once for
+several labels. An older label with fewer companions in its bucket (late and scattered labels
+mostly are) would rewrite four or more bucket rows for itself and at most two others; it is
+queued instead (``fold_store``), and the fold counts the queued labels of a model together, each
+touched bucket row rewritten once per fold chunk of ``FOLD_CHUNK`` labels.
 
 Every chunk is one transaction that deletes the queued rows it counts and adds their sums to the
 buckets, so a fold cut short anywhere before its commit leaves those labels queued, and two

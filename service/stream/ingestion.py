@@ -482,8 +482,8 @@ def _count_joined(
     """Move just-joined labeled predictions from the unlabeled sums into the statistics.
 
     With ``now``, a late label (its prediction's event time more than ``FOLD_AFTER`` before
-    ``now``) that shares its 5-minute bucket with no other label of the request (same contract
-    and slice list) is queued for the fold instead, acknowledged ``now``
+    ``now``) whose 5-minute bucket holds fewer than ``COUNTED_AT`` labels of the request (same
+    contract and slice list) is queued for the fold instead, acknowledged ``now``
     (``service.stream.fold``); without ``now`` every label is counted here."""
     counted = np.ones(len(joined.ids), dtype=bool)
     if now is not None:
