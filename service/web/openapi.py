@@ -8,7 +8,6 @@ route enforces. Every operation lists each status and content type it can answer
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from flask import Blueprint, Flask, Response, current_app, jsonify
@@ -23,7 +22,7 @@ from service.stream.batches import LABELS, PREDICTIONS
 from service.web.auth import requires
 from service.web.operations import ARROW_STREAM, JSON, Operation, operation, operation_of
 from service.web.replies import Error
-from service.web.route_names import route_template
+from service.web.route_names import route_template, rule_converters
 
 #: Every request body, each declared once beside the code that validates it.
 REQUEST_BODIES = (REGISTRATION, FIT, RETIREMENT, PREDICTIONS, LABELS, GATE_REQUEST)
@@ -93,10 +92,7 @@ def _query_parameters(query: type[BaseModel] | None) -> list[dict[str, Any]]:
 
 
 def _operation(
-    op: Operation,
-    path_parameters: list[str],
-    permission: Permission | None,
-    patterns: dict[str, str],
+    op: Operation, path_schemas: dict[str, dict[str, Any]], permission: Permission | None
 ) -> dict:
     success: dict[str, Any] = {}
     if op.reply is not None:
@@ -117,22 +113,14 @@ def _operation(
         out["security"] = []
     responses.update(_errors(*op.errors))
     parameters = [
-        {
-            "name": name,
-            "in": "path",
-            "required": True,
-            "schema": {
-                "type": "string",
-                **({"pattern": patterns[name]} if name in patterns else {}),
-            },
-        }
-        for name in path_parameters
+        {"name": name, "in": "path", "required": True, "schema": schema}
+        for name, schema in path_schemas.items()
     ] + _query_parameters(op.query)
     if parameters:
         out["parameters"] = parameters
         if op.query is not None:
             responses.update(_errors(422))
-        if path_parameters:
+        if path_schemas:
             responses.update(_errors(404))
     if op.body is not None:
         content = {JSON: {"schema": _ref(op.body)}}
@@ -144,22 +132,20 @@ def _operation(
     return out
 
 
-#: A variable of a Flask rule: ``<name>`` or ``<converter:name>`` (converter arguments aside).
-_RULE_VARIABLE = re.compile(r"<(?:(\w+)(?:\([^)]*\))?:)?(\w+)>")
+def _path_schemas(app: Flask, rule: Rule) -> dict[str, dict[str, Any]]:
+    """The schema of each of the rule's variables, in path order: a string, with the pattern
+    of a converter that narrows a path segment (the default converter takes any segment)."""
+    schemas: dict[str, dict[str, Any]] = {}
+    for name, converter in rule_converters(rule).items():
+        schemas[name] = {"type": "string"}
+        if converter != "default":
+            schemas[name]["pattern"] = f"^{app.url_map.converters[converter].regex}$"
+    return schemas
 
 
-def _path_patterns(app: Flask, rule: Rule) -> dict[str, str]:
-    """``{argument: pattern}`` of the rule's variables whose converter narrows a path segment
-    (the default converter takes any segment and states no pattern)."""
-    patterns = {}
-    for converter, name in _RULE_VARIABLE.findall(rule.rule):
-        regex = app.url_map.converters[converter].regex if converter else None
-        if regex and converter != "default":
-            patterns[name] = f"^{regex}$"
-    return patterns
-
-
-def _documented_routes(app: Flask) -> list[tuple[str, str, Operation, Any, dict[str, str]]]:
+def _documented_routes(
+    app: Flask,
+) -> list[tuple[str, str, Operation, Any, dict[str, dict[str, Any]]]]:
     found = []
     for rule in app.url_map.iter_rules():
         view = app.view_functions.get(rule.endpoint)
@@ -167,9 +153,9 @@ def _documented_routes(app: Flask) -> list[tuple[str, str, Operation, Any, dict[
         if op is None:
             continue
         template = (route_template(rule) or rule.rule).replace("<", "{").replace(">", "}")
-        patterns = _path_patterns(app, rule)
+        schemas = _path_schemas(app, rule)
         for method in sorted((rule.methods or set()) - {"HEAD", "OPTIONS"}):
-            found.append((template, method.lower(), op, view, patterns))
+            found.append((template, method.lower(), op, view, schemas))
     return found
 
 
@@ -188,12 +174,9 @@ def document(app: Flask) -> dict[str, Any]:
     paths: dict[str, dict[str, Any]] = {}
     replies: set[type[BaseModel]] = {Error}
     routes = sorted(_documented_routes(app), key=lambda r: (r[0], r[1]))
-    for template, method, op, view, patterns in routes:
-        rule_arguments = [p.strip("{}") for p in template.split("/") if p.startswith("{")]
+    for template, method, op, view, schemas in routes:
         permission = getattr(view, "required_permission", None)
-        paths.setdefault(template, {})[method] = _operation(
-            op, rule_arguments, permission, patterns
-        )
+        paths.setdefault(template, {})[method] = _operation(op, schemas, permission)
         if op.reply is not None:
             replies.add(op.reply)
     return {
