@@ -66,9 +66,7 @@ class PredictionColumns:
 
     def rows(self) -> list[tuple[str, datetime, str, str, bytes]]:
         """Row by row, in the column order of the ``stage_predictions`` staging table."""
-        width = self.inputs.itemsize * int(np.prod(self.inputs.shape[1:], dtype=np.int64))
-        buffer = np.ascontiguousarray(self.inputs, dtype="<f8").tobytes()
-        stored = [buffer[i : i + width] for i in range(0, len(buffer), width)]
+        stored = [row.tobytes() for row in self.inputs]
         return list(zip(self.ids, self.ts, self.cohorts, self.slices, stored, strict=True))
 
 
@@ -119,9 +117,9 @@ class Backend(Protocol):
         self, session: Session, params: Mapping[str, Any], columns: PredictionColumns
     ) -> bool:
         """Insert the predictions ``columns`` of ``:model`` bound to ``:contract_id``, received
-        ``:now``, on the bet that none of their ids is stored: True
-        when all were inserted, False (nothing written) when some id was stored already and the
-        batch must take the staged path (``insert_staged_predictions``)."""
+        ``:now``, on the bet that none of their ids is stored: True when all were inserted, False
+        (nothing written) when some id was stored already and the batch must take the staged
+        path (``insert_staged_predictions``)."""
 
     def insert_staged_predictions(self, session: Session, params: Mapping[str, Any]) -> set[str]:
         """Insert the staged predictions whose ids are new for ``:model``; return the ids

@@ -202,7 +202,7 @@ class PostgreSQL:
                 binary_copy.constant(params["contract_id"].encode(), n),
                 binary_copy.texts(pa.array(columns.cohorts, pa.string())),
                 binary_copy.texts(pa.array(columns.slices, pa.string())),
-                binary_copy.fixed(columns.inputs.astype("<f8", copy=False)),
+                binary_copy.fixed(columns.inputs),
                 binary_copy.timestamp(params["now"], n),
             ]
         )

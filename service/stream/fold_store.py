@@ -15,16 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy import (
-    CursorResult,
-    bindparam,
-    delete,
-    func,
-    literal,
-    select,
-    text,
-    union_all,
-)
+from sqlalchemy import CursorResult, bindparam, delete, func, literal, select, text, union_all
 from sqlalchemy.orm import Session
 
 from service.common.values import format_timestamp
