@@ -463,7 +463,7 @@ def calmon_sql_ceilings(url: str, rows: int, batch: int) -> tuple[float, float]:
 def table_sizes(url: str) -> str:
     """On-disk bytes (with indexes and TOAST) of the tables the streams write, per stored
     prediction, and all of them and the buckets' alone per labeled prediction."""
-    tables = ("predictions", "labels", "calibration_buckets", "unfolded_labels")
+    tables = ("predictions", "labels", "calibration_buckets", "unfolded_label_batches")
     with psycopg.connect(url, autocommit=True) as conn:
         count = conn.execute("SELECT count(*) FROM predictions").fetchone()[0]  # type: ignore[index]
         labeled = conn.execute("SELECT count(*) FROM labels WHERE joined").fetchone()[0]  # type: ignore[index]

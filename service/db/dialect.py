@@ -152,14 +152,6 @@ class Backend(Protocol):
         """Insert the staged labels new for ``:model`` (joined when their prediction is stored);
         return what was inserted."""
 
-    def claim_queued_labels(
-        self, session: Session, params: Mapping[str, Any]
-    ) -> list[tuple[Any, ...]]:
-        """Delete up to ``:limit`` queued labels of ``:model`` acknowledged at or before
-        ``:upto`` (``unfolded_labels``, in key order) and return each with its prediction, in id
-        order: ``(id, label, contract id, prediction seconds, slices JSON, inputs)``, the last
-        four None for a label whose prediction is gone."""
-
     def waiting_labels_with_predictions(
         self, session: Session, model: str
     ) -> list[tuple[Any, ...]]:

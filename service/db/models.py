@@ -283,23 +283,26 @@ class LabelRecord(Base):
     joined: Mapped[bool]
 
 
-class UnfoldedLabel(Base):
-    """A joined label acknowledged but not yet counted in its buckets: it waits for the fold.
+class UnfoldedLabelBatch(Base):
+    """Joined labels of one request acknowledged but not yet counted in their buckets: they
+    wait for the fold.
 
-    A late label whose 5-minute bucket few other labels of its request share is queued here
-    instead of rewriting its buckets for itself (``service.stream.fold``); the fold deletes the
-    row in the transaction that adds the label to its buckets, so a label is counted exactly
-    once.
-    ``label`` repeats the class index, so the fold reads only the prediction; ``queued_at`` is
-    when the label was acknowledged.
+    A late label whose 5-minute bucket few other labels of its request share is queued instead
+    of rewriting its buckets for itself (``service.stream.fold``). ``payload`` is an Arrow IPC
+    stream of the request's ``labels`` queued labels, one row each with what the fold counts
+    (``fold_store.encode_batch``), so the fold reads no prediction. The fold deletes the row in
+    the transaction that adds its labels to their buckets, so each label is counted exactly
+    once; ``queued_at`` is when the labels were acknowledged.
     """
 
-    __tablename__ = "unfolded_labels"
+    __tablename__ = "unfolded_label_batches"
+    __table_args__ = (Index("ix_unfolded_label_batches_model", "model", "seq"),)
 
-    model: Mapped[str] = mapped_column(byte_order_key(200), primary_key=True)
-    id: Mapped[str] = mapped_column(byte_order_key(200), primary_key=True)
-    label: Mapped[int] = mapped_column(SmallInteger)
+    seq: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    model: Mapped[str] = mapped_column(byte_order_key(200))
     queued_at: Mapped[datetime]
+    labels: Mapped[int]
+    payload: Mapped[bytes] = mapped_column(LargeBinary)
 
 
 class LabelFoldMark(Base):

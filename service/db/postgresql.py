@@ -300,21 +300,6 @@ class PostgreSQL:
         (row,) = _binary_rows(session, statement, params)
         return row
 
-    def claim_queued_labels(
-        self, session: Session, params: Mapping[str, Any]
-    ) -> list[tuple[Any, ...]]:
-        """One statement fetched in binary: the ``DELETE ... RETURNING`` of the claimed rows,
-        each joined to its prediction by one probe of the primary key."""
-        probe = _prediction_by_id("c.id", _FOUND_COLUMNS, "%(model)s")
-        statement = (
-            "WITH claimed AS (DELETE FROM unfolded_labels WHERE model = %(model)s AND id IN"
-            " (SELECT id FROM unfolded_labels WHERE model = %(model)s AND queued_at <= %(upto)s"
-            " ORDER BY id LIMIT %(limit)s) RETURNING id, label)"
-            f" SELECT c.id, c.label, p.contract_id, {_epoch('p.ts')}, p.slices, p.inputs"
-            f" FROM claimed c LEFT JOIN LATERAL ({probe}) p ON true ORDER BY c.id"
-        )
-        return _binary_rows(session, statement, params)
-
     def waiting_labels_with_predictions(
         self, session: Session, model: str
     ) -> list[tuple[Any, ...]]:

@@ -8,7 +8,6 @@ ON CONFLICT`` needs a ``WHERE`` before ``ON CONFLICT`` (a parser ambiguity), hen
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -169,35 +168,6 @@ class SQLite:
             inputs=[bytes(b) for b in cols[5]],
             waiting=[row[0] for row in inserted if not row[2]],
         )
-
-    def claim_queued_labels(
-        self, session: Session, params: Mapping[str, Any]
-    ) -> list[tuple[Any, ...]]:
-        """The delete takes the database's write lock, so the rows it returns are this
-        transaction's; their predictions are then read by id (SQLite runs no ``DELETE`` in a
-        ``WITH`` clause)."""
-        claimed = session.execute(
-            text(
-                "DELETE FROM unfolded_labels WHERE model = :model AND id IN (SELECT id FROM"
-                " unfolded_labels WHERE model = :model AND queued_at <= :upto ORDER BY id"
-                " LIMIT :limit) RETURNING id, label"
-            ).bindparams(bindparam("upto", type_=UTCDateTime())),
-            params,
-        ).all()
-        found = {
-            row[0]: tuple(row[1:])
-            for row in session.execute(
-                text(
-                    f"SELECT id, contract_id, {_epoch('ts')}, slices, inputs FROM predictions"
-                    " WHERE model = :model AND id IN (SELECT value FROM json_each(:ids))"
-                ),
-                {"model": params["model"], "ids": json.dumps([row[0] for row in claimed])},
-            )
-        }
-        return [
-            (ident, label, *found.get(ident, (None, None, None, None)))
-            for ident, label in sorted(claimed)
-        ]
 
     def waiting_labels_with_predictions(
         self, session: Session, model: str

@@ -5,11 +5,12 @@ windows most alerts read stay exact) and the older ones that fall at least ``COU
 5-minute bucket (of the same contract and slice list): their bucket rows are rewritten once for
 several labels. An older label with fewer companions in its bucket (late and scattered labels
 mostly are) would rewrite four or more bucket rows for itself and at most two others; it is
-queued instead (``fold_store``), and the fold counts the queued labels of a model together, each
-touched bucket row rewritten once per fold chunk of ``FOLD_CHUNK`` labels.
+queued instead (``fold_store``: one row per request, carrying what the buckets need of each
+prediction), and the fold counts the queued labels of a model together, each touched bucket row
+rewritten once per fold chunk of about ``FOLD_CHUNK`` labels.
 
-Every chunk is one transaction that deletes the queued rows it counts and adds their sums to the
-buckets, so a fold cut short anywhere before its commit leaves those labels queued, and two
+Every chunk is one transaction that deletes the queued batches it counts and adds their sums to
+the buckets, so a fold cut short anywhere before its commit leaves those labels queued, and two
 folds at once count each label once (``fold_store.claim``). The refresher folds every model
 under its lease at the start of each cycle; a reader asking for ``consistent=true`` folds its
 model first.
@@ -17,7 +18,6 @@ model first.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
@@ -28,8 +28,6 @@ from service.contracts import store as contracts_store
 from service.stream import fold_store
 from service.stream.bucket_store import BucketDelta, BucketKey, apply_deltas
 from service.stream.bucketing import bucket_deltas, merge_deltas, parsed_slices, stored_inputs
-
-log = logging.getLogger(__name__)
 
 #: Labels of predictions at least this old may wait for the fold; younger ones never do.
 FOLD_AFTER = timedelta(hours=24)
@@ -42,7 +40,7 @@ COUNTED_AT = 4
 #: Rows evaluated together by ``count_labels``.
 BLOCK = 4_096
 
-#: Queued labels counted per fold transaction.
+#: Queued labels counted per fold transaction (whole batches: the last may take it past this).
 FOLD_CHUNK = 500_000
 
 
@@ -90,28 +88,23 @@ def count_labels(
 
 
 def fold_chunk(session: Session, model: str, upto: datetime, now: datetime) -> int:
-    """Count up to ``FOLD_CHUNK`` queued labels of ``model`` acknowledged at or before
-    ``upto`` in the caller's transaction (the caller commits); returns how many were claimed
-    (0: none left to this transaction)."""
+    """Count the queued labels of ``model`` acknowledged at or before ``upto``, about
+    ``FOLD_CHUNK`` of them, in the caller's transaction (the caller commits); returns how many
+    were claimed (0: none left to this transaction)."""
     claimed = fold_store.claim(session, model, upto, FOLD_CHUNK)
-    if not claimed.ids and not claimed.orphans:
+    if not len(claimed):
         return 0
     count_labels(
         session,
         model,
         contract_ids=claimed.contract_ids,
-        seconds=np.array(claimed.seconds, dtype=np.int64),
+        seconds=claimed.seconds,
         slices=claimed.slices,
         inputs=claimed.inputs,
-        labels=np.array(claimed.labels, dtype=np.int64),
+        labels=claimed.labels,
     )
-    if claimed.orphans:
-        log.warning(
-            "queued labels dropped: their predictions are gone",
-            extra={"model": model, "labels": claimed.orphans},
-        )
     fold_store.mark_folded(session, model, now)
-    return len(claimed.ids) + claimed.orphans
+    return len(claimed)
 
 
 def fold_model(session: Session, model: str, now: datetime, upto: datetime | None = None) -> int:

@@ -1,11 +1,12 @@
 """The label fold's queue: joined labels acknowledged before their buckets count them.
 
-A row of ``unfolded_labels`` is a label joined to its stored prediction but not yet in its
-buckets. The fold claims rows by deleting them (``claim``) in the transaction that adds them to
-their buckets, so a row is counted by exactly one committed transaction: a fold that fails
-before its commit leaves every row it claimed queued, and of two folds claiming the same row the
-second waits for the first and then finds it gone (row locks on PostgreSQL, the database lock on
-SQLite).
+A row of ``unfolded_label_batches`` holds the labels one request left for the fold, each with
+what its buckets need of its prediction (``QueuedLabels``), as one Arrow IPC stream: the queue
+costs a row per request, not per label, and the fold reads no prediction. The fold claims rows
+by deleting them (``claim``) in the transaction that adds their labels to the buckets, so each
+label is counted by exactly one committed transaction: a fold that fails before its commit
+leaves every row it claimed queued, and of two folds claiming the same row the second waits for
+the first and then finds it gone (row locks on PostgreSQL, the database lock on SQLite).
 """
 
 from __future__ import annotations
@@ -15,35 +16,81 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, bindparam, delete, func, literal, select, text, union_all
+import numpy as np
+import pyarrow as pa
+from sqlalchemy import CursorResult, delete, func, insert, literal, select, union_all
 from sqlalchemy.orm import Session
 
 from service.common.values import format_timestamp
-from service.db import staging
 from service.db.backend import backend_of
-from service.db.models import LabelFoldMark, UnfoldedLabel
+from service.db.models import LabelFoldMark, UnfoldedLabelBatch, table_of
 from service.db.types import UTCDateTime
 
-_NOW = bindparam("now", type_=UTCDateTime())
-_CUTOFF = bindparam("cutoff", type_=UTCDateTime())
+_QUEUE = table_of(UnfoldedLabelBatch)
+
+#: The columns of a batch's payload, one row per label.
+BATCH_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("contract_id", pa.string()),
+        ("seconds", pa.int64()),
+        ("slices", pa.string()),
+        ("inputs", pa.binary()),
+        ("label", pa.int16()),
+    ]
+)
 
 
 @dataclass(frozen=True)
-class ClaimedLabels:
-    """Queued labels just claimed, with their predictions, column by column (R rows).
+class QueuedLabels:
+    """Labels waiting for the fold with what their buckets need, column by column (R rows).
 
-    ``seconds`` is each prediction's event time in whole seconds since the epoch, ``slices`` its
-    stored JSON slice list and ``inputs`` its stored bytes. ``orphans`` counts claimed labels
-    whose prediction is no longer stored (pruned meanwhile): they are dropped, not counted.
-    """
+    ``seconds`` is each prediction's event time in whole seconds since the epoch (int64),
+    ``slices`` its stored JSON slice list, ``inputs`` its stored bytes and ``labels`` the class
+    index of the label as its prediction's contract reads it (int64)."""
 
     ids: list[str]
-    labels: list[int]
     contract_ids: list[str]
-    seconds: list[int]
+    seconds: np.ndarray
     slices: list[str]
     inputs: list[bytes]
-    orphans: int
+    labels: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def encode_batch(queued: QueuedLabels) -> bytes:
+    """``queued`` as one Arrow IPC stream of one record batch (``BATCH_SCHEMA``)."""
+    table = pa.table(
+        [
+            pa.array(queued.ids, pa.string()),
+            pa.array(queued.contract_ids, pa.string()),
+            pa.array(np.asarray(queued.seconds, dtype=np.int64)),
+            pa.array(queued.slices, pa.string()),
+            pa.array(queued.inputs, pa.binary()),
+            pa.array(np.asarray(queued.labels, dtype=np.int16)),
+        ],
+        schema=BATCH_SCHEMA,
+    )
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, BATCH_SCHEMA) as writer:
+        writer.write_table(table)
+    return cast(bytes, sink.getvalue().to_pybytes())
+
+
+def decode_batches(payloads: Sequence[bytes]) -> QueuedLabels:
+    """The labels of the stored batch ``payloads`` (``encode_batch``), concatenated in order."""
+    tables = [pa.ipc.open_stream(payload).read_all() for payload in payloads]
+    table = pa.concat_tables(tables) if tables else BATCH_SCHEMA.empty_table()
+    return QueuedLabels(
+        ids=table.column("id").to_pylist(),
+        contract_ids=table.column("contract_id").to_pylist(),
+        seconds=table.column("seconds").to_numpy().astype(np.int64),
+        slices=table.column("slices").to_pylist(),
+        inputs=table.column("inputs").to_pylist(),
+        labels=table.column("label").to_numpy().astype(np.int64),
+    )
 
 
 @dataclass(frozen=True)
@@ -71,55 +118,57 @@ def fold_fields(status: FoldStatus) -> dict[str, Any]:
     }
 
 
-def enqueue(session: Session, model: str, labels: Sequence[tuple[str, int]], now: datetime) -> None:
-    """Queue joined labels ``(id, class index)`` of ``model`` for the fold, acknowledged
-    ``now`` (in the caller's transaction)."""
-    if not labels:
+def enqueue(session: Session, model: str, queued: QueuedLabels, now: datetime) -> None:
+    """Queue joined labels of ``model`` for the fold as one batch, acknowledged ``now`` (in
+    the caller's transaction)."""
+    if not len(queued):
         return
-    staging.load(session, "stage_fold_labels", labels)
     session.execute(
-        text(
-            "INSERT INTO unfolded_labels (model, id, label, queued_at)"
-            " SELECT CAST(:model AS VARCHAR), id, label, :now FROM stage_fold_labels ORDER BY id"
-        ).bindparams(_NOW),
-        {"model": model, "now": now},
+        insert(_QUEUE).values(
+            model=model, queued_at=now, labels=len(queued), payload=encode_batch(queued)
+        )
     )
 
 
-def claim(session: Session, model: str, upto: datetime, limit: int) -> ClaimedLabels:
-    """Delete up to ``limit`` queued labels of ``model`` acknowledged at or before ``upto`` (in
-    key order) and return them with their predictions; the caller counts them in the same
-    transaction. A row another transaction claims at the same time is left to it (PostgreSQL
-    waits for that transaction's end and skips the row if it was deleted)."""
-    rows = backend_of(session).claim_queued_labels(
-        session, {"model": model, "upto": upto, "limit": limit}
+def claim(session: Session, model: str, upto: datetime, limit: int) -> QueuedLabels:
+    """Delete the oldest queued batches of ``model`` acknowledged at or before ``upto``, as
+    many as hold fewer than ``limit`` labels before the last (at least one), and return their
+    labels in queue order; the caller counts them in the same transaction. A batch another
+    transaction claims at the same time is left to it (PostgreSQL waits for that transaction's
+    end and skips the row if it was deleted)."""
+    queue = _QUEUE.c
+    running = (
+        select(
+            queue.seq,
+            (func.sum(queue.labels).over(order_by=queue.seq) - queue.labels).label("before"),
+        )
+        .where(queue.model == model, queue.queued_at <= upto)
+        .subquery()
     )
-    found = [row for row in rows if row[2] is not None]
-    cols: list[tuple[Any, ...]] = list(zip(*found, strict=True)) if found else [()] * 6
-    return ClaimedLabels(
-        ids=list(cols[0]),
-        labels=[int(v) for v in cols[1]],
-        contract_ids=list(cols[2]),
-        seconds=[int(v) for v in cols[3]],
-        slices=list(cols[4]),
-        inputs=[bytes(b) for b in cols[5]],
-        orphans=len(rows) - len(found),
-    )
+    claimed = session.execute(
+        delete(_QUEUE)
+        .where(
+            queue.model == model,
+            queue.seq.in_(select(running.c.seq).where(running.c.before < limit)),
+        )
+        .returning(queue.seq, queue.payload)
+    ).all()
+    return decode_batches([bytes(payload) for _, payload in sorted(claimed)])
 
 
 def any_queued(session: Session, model: str, upto: datetime) -> bool:
     """Whether a label of ``model`` acknowledged at or before ``upto`` is still queued."""
-    found = select(UnfoldedLabel.id).where(
-        UnfoldedLabel.model == model, UnfoldedLabel.queued_at <= upto
+    found = select(UnfoldedLabelBatch.seq).where(
+        UnfoldedLabelBatch.model == model, UnfoldedLabelBatch.queued_at <= upto
     )
     return bool(session.scalar(select(found.exists())))
 
 
 def mark_folded(session: Session, model: str, now: datetime) -> None:
     """Record that a fold counted labels of ``model`` at ``now`` (in its transaction)."""
-    insert = backend_of(session).insert(LabelFoldMark.__table__)  # type: ignore[arg-type]
+    upsert = backend_of(session).insert(table_of(LabelFoldMark))
     session.execute(
-        insert.values(model=model, folded_at=now).on_conflict_do_update(
+        upsert.values(model=model, folded_at=now).on_conflict_do_update(
             index_elements=["model"], set_={"folded_at": now}
         )
     )
@@ -127,13 +176,17 @@ def mark_folded(session: Session, model: str, now: datetime) -> None:
 
 def models_with_queued(session: Session) -> list[str]:
     """Every model with labels queued for the fold, sorted."""
-    return list(session.scalars(select(UnfoldedLabel.model).distinct().order_by("model")))
+    return list(session.scalars(select(UnfoldedLabelBatch.model).distinct().order_by("model")))
 
 
 def fold_status(session: Session, model: str) -> FoldStatus:
-    """The fold status of ``model`` (two primary-key range reads)."""
+    """The fold status of ``model`` (a walk of its queued batches, one row per request, and
+    a primary-key read of its mark)."""
     count, oldest = session.execute(
-        select(func.count(), func.min(UnfoldedLabel.queued_at)).where(UnfoldedLabel.model == model)
+        select(
+            func.coalesce(func.sum(UnfoldedLabelBatch.labels), 0),
+            func.min(UnfoldedLabelBatch.queued_at),
+        ).where(UnfoldedLabelBatch.model == model)
     ).one()
     last = session.scalar(select(LabelFoldMark.folded_at).where(LabelFoldMark.model == model))
     return FoldStatus(int(count or 0), _utc(oldest), _utc(last))
@@ -141,13 +194,13 @@ def fold_status(session: Session, model: str) -> FoldStatus:
 
 def fleet_fold_status(session: Session) -> dict[str, FoldStatus]:
     """The fold status of every model with queued labels or a fold mark, in one statement
-    (a walk of the queue's primary key and of the marks)."""
+    (a walk of the queued batches and of the marks)."""
     queued = select(
-        UnfoldedLabel.model,
-        func.count().label("n"),
-        func.min(UnfoldedLabel.queued_at).label("oldest"),
+        UnfoldedLabelBatch.model,
+        func.sum(UnfoldedLabelBatch.labels).label("n"),
+        func.min(UnfoldedLabelBatch.queued_at).label("oldest"),
         literal(None, UTCDateTime()).label("folded_at"),
-    ).group_by(UnfoldedLabel.model)
+    ).group_by(UnfoldedLabelBatch.model)
     marks = select(
         LabelFoldMark.model,
         literal(0).label("n"),
@@ -166,25 +219,10 @@ def fleet_fold_status(session: Session) -> dict[str, FoldStatus]:
 
 
 def drop_queue(session: Session, model: str) -> int:
-    """Delete every queued label of ``model`` (its buckets are being rebuilt from the stored
-    rows, which count them); returns how many."""
-    result = session.execute(delete(UnfoldedLabel).where(UnfoldedLabel.model == model))
+    """Delete every queued batch of ``model`` (its buckets are being rebuilt from the stored
+    rows, which count their labels); returns how many batches."""
+    result = session.execute(delete(UnfoldedLabelBatch).where(UnfoldedLabelBatch.model == model))
     return int(cast(CursorResult[Any], result).rowcount)
-
-
-def queued_with_predictions_before(session: Session, cutoff: datetime) -> int:
-    """How many queued labels belong to predictions with event time before ``cutoff`` (what a
-    prune must not delete before the fold counts them)."""
-    return int(
-        session.scalar(
-            text(
-                "SELECT count(*) FROM unfolded_labels u JOIN predictions p"
-                " ON p.model = u.model AND p.id = u.id WHERE p.ts < :cutoff"
-            ).bindparams(_CUTOFF),
-            {"cutoff": cutoff},
-        )
-        or 0
-    )
 
 
 def _utc(value: datetime | str | None) -> datetime | None:

@@ -504,9 +504,19 @@ def _count_joined(
         labels=joined.labels[rows],
     )
     if now is not None:
-        labels = joined.labels.tolist()
+        waiting = joined.take(np.flatnonzero(~counted).tolist())
         fold_store.enqueue(
-            session, model, [(joined.ids[r], labels[r]) for r in np.flatnonzero(~counted)], now
+            session,
+            model,
+            fold_store.QueuedLabels(
+                ids=waiting.ids,
+                contract_ids=waiting.contract_ids,
+                seconds=waiting.seconds,
+                slices=waiting.slices,
+                inputs=waiting.inputs,
+                labels=waiting.labels,
+            ),
+            now,
         )
 
 

@@ -10,12 +10,10 @@ from datetime import datetime, timedelta
 from sqlalchemy.orm import Session
 
 from service.audit import store as audit
-from service.common.clock import utcnow
-from service.common.errors import Conflict, ErrorDetail, ValidationFailed
+from service.common.errors import ErrorDetail, ValidationFailed
 from service.config import Settings
 from service.contracts import store as contracts_store
-from service.stream import fold_store, prediction_store
-from service.stream.fold import fold_model
+from service.stream import prediction_store
 from service.stream.instruments import PENDING_LABELS_EXPIRED
 from service.stream.retention_store import PruneCounts, prune_before
 from service.stream.windows import floor_to, parse_duration
@@ -23,10 +21,6 @@ from service.stream.windows import floor_to, parse_duration
 log = logging.getLogger(__name__)
 
 SECOND = timedelta(seconds=1)
-
-#: How many times a prune folds the queued labels and looks again before giving up.
-PRUNE_ATTEMPTS = 3
-
 
 @dataclass(frozen=True)
 class PruneReport:
@@ -76,24 +70,12 @@ def prune(
     """Remove predictions and labels older than ``older_than``, and labels that have waited
     ``pending_label_days`` for their prediction; audit it.
 
-    Contracts, aggregates, readings, gate decisions and the audit log are kept. The labels
-    queued for the fold are folded first (their predictions' rows must still be there to be
-    counted); the removal is then one transaction, which is given up and started again, up to
-    ``PRUNE_ATTEMPTS`` times, if labels of predictions before the cutoff were queued meanwhile.
-    On any failure nothing is removed.
+    Contracts, aggregates, readings, gate decisions and the audit log are kept, and so are the
+    labels queued for the fold: each carries what its buckets need of its prediction, so the
+    fold counts it after its rows are gone. The removal is one transaction: on any failure
+    nothing is removed.
     """
     cutoff = prune_cutoff(older_than, settings, now)
-    for _ in range(PRUNE_ATTEMPTS):
-        for model in fold_store.models_with_queued(session):
-            fold_model(session, model, utcnow())
-        if not fold_store.queued_with_predictions_before(session, cutoff):
-            break
-        session.rollback()
-    else:
-        raise Conflict(
-            "labels of predictions before the cutoff keep arriving faster than they are folded;"
-            " nothing was pruned: try again"
-        )
     counts = prune_before(session, cutoff, now)
     waited = pending_cutoff(settings, now)
     expired = {

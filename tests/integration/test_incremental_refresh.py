@@ -235,7 +235,7 @@ def test_metrics_serves_the_stored_exposition_in_one_statement(
     # The new text is read whole once; then only its digest and times, in one statement, beside
     # the one that reads the label fold's status.
     exposition = [s for s in first_statements + statements if "stored_expositions" in s]
-    folds = [s for s in first_statements + statements if "unfolded_labels" in s]
+    folds = [s for s in first_statements + statements if "unfolded_label_batches" in s]
     assert len(exposition) + len(folds) == len(first_statements) + len(statements)
     assert len(first_statements) <= 3 and len(statements) == 2 and len(folds) == 2
     assert gauge(samples, "calmon_ece", model="stored", cohort="all") == 0.25
@@ -265,8 +265,8 @@ def test_a_scrape_during_a_refresh_sees_the_previous_exposition_whole(
         with counted_statements(db) as statements:
             midway.append(scrape(client))
         counts.append(len(statements))
-        assert [s for s in statements if "unfolded_labels" in s][1:] == []
-        assert all("stored_expositions" in s or "unfolded_labels" in s for s in statements)
+        assert [s for s in statements if "unfolded_label_batches" in s][1:] == []
+        assert all("stored_expositions" in s or "unfolded_label_batches" in s for s in statements)
         return done
 
     monkeypatch.setattr(refresher_module, "refresh_model", scraping)

@@ -49,17 +49,30 @@ def predictions(now: datetime, n: int = N, first_day: int = 40) -> list[dict[str
     ]
 
 
-def post(client: FlaskClient, auth: Auth, kind: str, items: list[dict[str, Any]]) -> dict:
-    body = {"model": MODEL, kind: items}
+def post(
+    client: FlaskClient, auth: Auth, kind: str, items: list[dict[str, Any]], model: str = MODEL
+) -> dict:
+    body = {"model": model, kind: items}
     return ok(client.post(f"/v1/{kind}", json=body, headers=auth.headers("ingest")))
 
 
-def send(client: FlaskClient, auth: Auth, rows: list[dict[str, Any]], now: datetime) -> None:
-    """Store the predictions, then their labels in one request, received ``now``."""
-    ok(client.post("/v1/contracts/fit", json=fit_body(MODEL), headers=auth.headers()))
-    post(client, auth, "predictions", [{k: v for k, v in r.items() if k != "label"} for r in rows])
+def send(
+    client: FlaskClient,
+    auth: Auth,
+    rows: list[dict[str, Any]],
+    now: datetime,
+    requests: int = 1,
+    model: str = MODEL,
+) -> None:
+    """Store the predictions, then their labels in ``requests`` requests (each queues its
+    lone late labels as one batch), received ``now``."""
+    ok(client.post("/v1/contracts/fit", json=fit_body(model), headers=auth.headers()))
+    unlabeled = [{k: v for k, v in r.items() if k != "label"} for r in rows]
+    post(client, auth, "predictions", unlabeled, model)
     labels = [{"id": r["id"], "label": r["label"], "ts": iso(now)} for r in rows]
-    assert post(client, auth, "labels", labels)["joined"] == len(rows)
+    for part in range(requests):
+        sent = labels[part::requests]
+        assert post(client, auth, "labels", sent, model)["joined"] == len(sent)
 
 
 def window(client: FlaskClient, auth: Auth, now: datetime, query: str = "") -> dict[str, Any]:
@@ -69,8 +82,8 @@ def window(client: FlaskClient, auth: Auth, now: datetime, query: str = "") -> d
     return ok(client.get(url, headers=auth.headers()))
 
 
-def bucket_sums(db: Database) -> list[tuple[Any, ...]]:
-    """Every bucket of the model: key, counts and blobs (the whole aggregate state)."""
+def bucket_sums(db: Database, model: str = MODEL) -> list[tuple[Any, ...]]:
+    """Every bucket of ``model``: key, counts and blobs (the whole aggregate state)."""
     with db.session() as session:
         rows = session.execute(
             text(
@@ -78,7 +91,7 @@ def bucket_sums(db: Database) -> list[tuple[Any, ...]]:
                 " unlabeled_expected_correct, stats FROM calibration_buckets"
                 " WHERE model = :model ORDER BY slice, resolution, bucket_start"
             ),
-            {"model": MODEL},
+            {"model": model},
         ).all()
     return [
         (*r[:5], round(float(r[5]), 9), bytes(r[6]) if r[6] is not None else None) for r in rows
@@ -190,7 +203,7 @@ def test_a_fold_killed_midway_and_run_again_counts_every_label_once(
     """The fold dies after one of its statements, before its commit; run again, it leaves the
     buckets exactly as a rebuild from the stored rows makes them."""
     now = datetime.now(UTC)
-    send(client, auth, predictions(now), now)
+    send(client, auth, predictions(now), now, requests=6)
     monkeypatch.setattr(fold, "FOLD_CHUNK", 25)
     owner = fold if step == "apply_deltas" else fold_store
     real = getattr(owner, step)
@@ -211,7 +224,7 @@ def test_two_folds_at_once_count_every_label_once(
     client: FlaskClient, auth: Auth, db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     now = datetime.now(UTC)
-    send(client, auth, predictions(now), now)
+    send(client, auth, predictions(now), now, requests=12)
     monkeypatch.setattr(fold, "FOLD_CHUNK", 7)
     monkeypatch.setattr(fold, "BLOCK", 3)
     start = threading.Barrier(2)
@@ -238,11 +251,16 @@ def test_two_folds_at_once_count_every_label_once(
     assert folded == rebuilt(db)
 
 
-def test_prune_folds_waiting_labels_before_their_predictions_go(
+def test_labels_waiting_when_their_predictions_are_pruned_count_at_the_next_fold(
     client: FlaskClient, auth: Auth, db: Database
 ) -> None:
+    """The queue carries what the buckets need of each prediction: folded after a prune of
+    every prediction, a model's buckets end as those of a twin folded before it."""
     now = datetime.now(UTC)
-    send(client, auth, predictions(now), now)
+    send(client, auth, predictions(now), now, requests=3)
+    send(client, auth, predictions(now), now, requests=3, model="twin")
+    with db.session() as session:
+        assert fold.fold_model(session, "twin", datetime.now(UTC)) == N
     assert queued(db) == N
     with db.session() as session:
         report = prune(
@@ -252,8 +270,11 @@ def test_prune_folds_waiting_labels_before_their_predictions_go(
             now=now,
             actor="tests",
         )
-    assert report.counts.predictions > 0
-    assert queued(db) == 0
+    assert (report.counts.predictions, report.counts.labels) == (2 * N, 0)
+    assert queued(db) == N
+    with db.session() as session:
+        assert fold.fold_model(session, MODEL, datetime.now(UTC)) == N
+    assert bucket_sums(db) == bucket_sums(db, "twin")
     got = window(client, auth, now)
     assert (got["n_predictions"], got["n_labeled"], got["labels_unfolded"]) == (N, N, 0)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 
+import numpy as np
 import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
@@ -14,6 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from service.db.database import make_engine
 from service.db.migrate import alembic_config, current_revisions, head_revisions, script_location
 from service.db.models import Base
+from service.stream.fold_store import QueuedLabels, encode_batch
 from tests.integration.conftest import BACKEND
 
 
@@ -30,6 +32,7 @@ def _revision_module(filename: str):  # type: ignore[no-untyped-def]
 REVISION_0010 = _revision_module("0010_hot_table_storage.py")
 THRESHOLDS = REVISION_0010.THRESHOLDS
 REVISION_0013 = _revision_module("0013_bucket_fillfactor.py")
+REVISION_0019 = _revision_module("0019_unfolded_label_batches.py")
 
 
 def _storage_options(engine: Engine, tables: list[str]) -> dict[str, dict[str, str]]:
@@ -258,5 +261,65 @@ def test_the_label_fold_tables_come_and_go_with_revision_0018(fresh_empty_url: s
             )
         command.downgrade(config, "0016")
         assert not {"unfolded_labels", "label_fold_marks"} & set(inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def test_revision_0019_moves_queued_labels_both_ways(fresh_empty_url: str) -> None:
+    """Upgrading, a label queued one row per label waits again for the sweep of waiting labels
+    (which joins and counts it); downgrading, every label of a queued batch is queued one row
+    per label again."""
+    config = alembic_config(fresh_empty_url)
+    command.upgrade(config, "0018")
+    engine = make_engine(fresh_empty_url)
+    label = (
+        "INSERT INTO labels (model, id, label, ts, received_at, joined)"
+        " VALUES ('m', :id, 1, '2026-12-01 00:00:00', '2026-12-01 00:00:00', true)"
+    )
+    try:
+        with engine.begin() as connection:
+            connection.execute(text(label), [{"id": "queued"}, {"id": "counted"}])
+            connection.execute(
+                text(
+                    "INSERT INTO unfolded_labels (model, id, label, queued_at)"
+                    " VALUES ('m', 'queued', 1, '2026-12-01 00:00:00')"
+                )
+            )
+        command.upgrade(config, "0019")
+        tables = set(inspect(engine).get_table_names())
+        assert "unfolded_label_batches" in tables and "unfolded_labels" not in tables
+        if BACKEND == "postgresql":
+            options = _storage_options(engine, ["unfolded_label_batches"])
+            assert options == {"unfolded_label_batches": REVISION_0019.QUEUE_STORAGE}
+        with engine.connect() as connection:
+            joined = dict(connection.execute(text("SELECT id, joined FROM labels")).all())
+        assert {k: bool(v) for k, v in joined.items()} == {"queued": False, "counted": True}
+
+        queued = QueuedLabels(
+            ids=["a", "b", "c"],
+            contract_ids=["c1"] * 3,
+            seconds=np.array([1, 2, 3]),
+            slices=["[]"] * 3,
+            inputs=[b"x"] * 3,
+            labels=np.array([0, 2, 1]),
+        )
+        with engine.begin() as connection:
+            for model, payload in (("m", encode_batch(queued)), ("n", encode_batch(queued))):
+                connection.execute(
+                    text(
+                        "INSERT INTO unfolded_label_batches (model, queued_at, labels, payload)"
+                        " VALUES (:model, '2026-12-01 00:00:00', 3, :payload)"
+                    ),
+                    {"model": model, "payload": payload},
+                )
+        command.downgrade(config, "0018")
+        with engine.connect() as connection:
+            rows = connection.execute(
+                text("SELECT model, id, label FROM unfolded_labels ORDER BY model, id")
+            ).all()
+        assert [tuple(r) for r in rows] == [
+            (m, i, v) for m in ("m", "n") for i, v in (("a", 0), ("b", 2), ("c", 1))
+        ]
+        assert "unfolded_label_batches" not in set(inspect(engine).get_table_names())
     finally:
         engine.dispose()
