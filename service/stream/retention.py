@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 
 SECOND = timedelta(seconds=1)
 
+
 @dataclass(frozen=True)
 class PruneReport:
     """A finished prune: the cutoff and what went, including the labels that had waited
