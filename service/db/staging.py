@@ -46,10 +46,6 @@ STAGING_TABLES: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("label_name", "text", "TEXT"),
         ("ts", "timestamptz", "TIMESTAMP"),
     ),
-    "stage_fold_labels": (
-        ("id", "text", "TEXT"),
-        ("label", "int2", "INTEGER"),
-    ),
 }
 
 
@@ -60,7 +56,6 @@ STAGING_KEYS: dict[str, tuple[str, ...]] = {
     "stage_bucket_deltas": ("k", "slice", "resolution", "bucket_start", "contract_id"),
     "stage_bucket_vectors": ("k", "row_id"),
     "stage_labels": ("id",),
-    "stage_fold_labels": ("id",),
 }
 
 
