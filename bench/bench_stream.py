@@ -18,8 +18,9 @@ serve them on one core) on a fresh PostgreSQL database next to
    ``--displaced`` of them (default 3%) moved to random places (out of order); ``uniform-30d``
    uniform over 0-30 days; ``mixture`` 70% within 4 h and 30% within 60 days (label times past
    now are sent as now, in the order they would have arrived). Meanwhile the bench runs the
-   refresher's cycle itself every ``--fold-every`` seconds (the service's own refresher is off):
-   the label fold timed on its own, then the rest of the cycle; it reports the fold's time, the
+   refresher's loop itself with a refresh interval of ``--fold-every`` seconds (the service's
+   own refresher is off): the label fold, timed on its own, three times per interval, and the
+   rest of the cycle once per interval; it reports the fold's time, the
    labels it counted and its lag (how long the oldest label it counted had waited), the bucket
    rows written per label (``pg_stat_user_tables``), WAL per label and the bytes stored per
    labeled prediction;
@@ -495,18 +496,21 @@ def bucket_writes(url: str) -> int:
 
 
 class Refresher(threading.Thread):
-    """The refresher's cycle every ``every`` seconds, run here (the service's own is off): the
-    label fold timed on its own, then the rest of the cycle (``Refresher.run_once``)."""
+    """The service's refresher loop with a refresh interval of ``every`` seconds, run here (the
+    service's own is off): the label fold ``FOLDS_PER_REFRESH`` times per interval, timed on
+    its own, and the rest of the cycle (``Refresher.run_once``) once per interval."""
 
     def __init__(self, url: str, every: float) -> None:
         super().__init__(daemon=True)
         from service.config import load_settings
         from service.db.database import Database
+        from service.export.refresher import FOLDS_PER_REFRESH
         from service.export.refresher import Refresher as ServiceRefresher
 
         self.db = Database(url)
         self.refresher = ServiceRefresher(self.db, load_settings({"database_url": url}))
         self.every = every
+        self.folds_per_cycle = FOLDS_PER_REFRESH
         self.stopping = threading.Event()
         #: Per fold: (labels counted, seconds, lag seconds: fold end less the oldest label's
         #: acknowledgement).
@@ -529,8 +533,13 @@ class Refresher(threading.Thread):
         self.folds.append((counted, seconds, lag))
 
     def run(self) -> None:
-        while not self.stopping.wait(self.every):
-            self.cycle()
+        steps = 0
+        while not self.stopping.wait(self.every / self.folds_per_cycle):
+            steps += 1
+            if steps % self.folds_per_cycle:
+                self.fold()
+            else:
+                self.cycle()
 
     def cycle(self) -> None:
         self.fold()
@@ -589,7 +598,10 @@ def main() -> None:
     )
     parser.add_argument("--label-order", choices=LABEL_ORDERS, default="displaced")
     parser.add_argument(
-        "--fold-every", type=float, default=30.0, help="seconds between refresher cycles"
+        "--fold-every",
+        type=float,
+        default=30.0,
+        help="the refresh interval: a fold every third of it, the rest of the cycle once",
     )
     parser.add_argument("--keep", action="store_true", help="keep the benchmark database")
     parser.add_argument(

@@ -109,8 +109,6 @@ def _token_list(_args: argparse.Namespace) -> int:
 
 
 def _refresh(args: argparse.Namespace) -> int:
-    import time
-
     from service.export.refresher import Refresher, refresh_all
 
     settings = load_settings()
@@ -127,10 +125,8 @@ def _refresh(args: argparse.Namespace) -> int:
                 print(f"failed: {', '.join(report.failed)}", file=sys.stderr)
                 return 1
             return 0
-        refresher = Refresher(db, settings)
-        while True:
-            refresher.run_logged()
-            time.sleep(settings.refresh_seconds)
+        Refresher(db, settings).loop(at_once=True)
+        return 0
     finally:
         db.dispose()
 

@@ -11,8 +11,8 @@ Create Date: 2026-12-02 10:30:00.000000
   the refresher's sweep of waiting labels whose prediction is stored joins and counts them once.
 - A downgrade moves the batches' labels back to ``unfolded_labels`` one row each.
 
-On PostgreSQL the batches' payload is compressed with lz4 and the table is vacuumed after every
-few hundred folded batches (each row is a whole request).
+On PostgreSQL the batches' payload is compressed with lz4, and the table and its TOAST table are
+vacuumed soon after folds delete their rows (``QUEUE_STORAGE``).
 """
 
 from collections.abc import Sequence
@@ -28,8 +28,14 @@ down_revision: str | None = "0018"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-#: PostgreSQL storage parameters of the new queue.
-QUEUE_STORAGE = {"autovacuum_vacuum_scale_factor": "0", "autovacuum_vacuum_threshold": "200"}
+#: PostgreSQL storage parameters of the new queue: vacuumed after every 50 folded batches, its
+#: TOAST table (where the payloads live) after every 20,000 deleted chunks of 2 KB.
+QUEUE_STORAGE = {
+    "autovacuum_vacuum_scale_factor": "0",
+    "autovacuum_vacuum_threshold": "50",
+    "toast.autovacuum_vacuum_scale_factor": "0",
+    "toast.autovacuum_vacuum_threshold": "20000",
+}
 
 
 def _key(length: int) -> sa.String:

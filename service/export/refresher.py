@@ -25,7 +25,9 @@ the same numbers and a scrape never sees a half-refreshed fleet.
 
 Each cycle first joins labels left waiting though their prediction is stored and folds the
 labels queued since the last cycle into their buckets (``service.stream.fold``), so the readings
-it computes count every label acknowledged before the cycle began.
+it computes count every label acknowledged before the cycle began. Between cycles the holder of
+the lease folds as well, ``FOLDS_PER_REFRESH`` times per refresh interval in all, so a label
+waits for the fold about a third of an interval plus the fold's own time.
 
 One refresher runs at a time: whoever holds the ``refresh`` lease (a row with an expiry, so a
 crashed holder is replaced), renewed during a long cycle. A model whose refresh raises is
@@ -85,6 +87,10 @@ STATUS_CODES = {"insufficient_data": -1, "ok": 0, "warn": 1, "alert": 2}
 REFRESHER = "refresher"
 #: How often the refresher refreshes the planner's statistics and expires pending labels.
 MAINTAIN_EVERY = timedelta(minutes=5)
+
+#: Folds of the queued labels per refresh interval: one at the start of each cycle and the others
+#: at even steps between cycles.
+FOLDS_PER_REFRESH = 3
 
 
 @dataclass(frozen=True)
@@ -443,7 +449,7 @@ class Refresher:
         self.settings = settings
         self.holder = f"{socket.gethostname()}:{os.getpid()}"
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="calmon-refresher", daemon=True)
+        self._thread = threading.Thread(target=self.loop, name="calmon-refresher", daemon=True)
         self.last_report: RefreshReport | None = None
         self._maintained_at: datetime | None = None
         self._renewed = 0.0
@@ -540,6 +546,27 @@ class Refresher:
             )
         return report
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.settings.refresh_seconds):
+    def fold_logged(self) -> None:
+        """Fold the queued labels of every model if this process holds (or wins) the lease;
+        a failure is logged and swallowed, like ``run_logged``'s."""
+        try:
+            if self._renew():
+                _fold_labels(self.db, utcnow())
+        except SQLAlchemyError as exc:
+            log.warning("label fold failed: %s", type(exc).__name__)
+        except Exception:
+            log.exception("label fold failed")
+
+    def loop(self, *, at_once: bool = False) -> None:
+        """Until stopped: a refresh every ``refresh_seconds`` (each after the wait, or the first
+        at once with ``at_once``) and, at even steps between them, a fold of the queued labels
+        (``FOLDS_PER_REFRESH`` steps per interval, the refresh's own fold included)."""
+        if at_once:
             self.run_logged()
+        steps = 0
+        while not self._stop.wait(self.settings.refresh_seconds / FOLDS_PER_REFRESH):
+            steps += 1
+            if steps % FOLDS_PER_REFRESH:
+                self.fold_logged()
+            else:
+                self.run_logged()

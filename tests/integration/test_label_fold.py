@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
+from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import text
 
 from service.config import load_settings
 from service.db.database import Database
-from service.export.refresher import refresh_all
+from service.export import refresher as refresher_module
+from service.export.refresher import Refresher, refresh_all
 from service.stream import fold, fold_store, ingestion
 from service.stream.maintenance import rebuild_buckets
 from service.stream.retention import prune
@@ -153,6 +161,52 @@ def test_the_refresh_folds_waiting_labels_and_the_metrics_say_so(
     scrape = client.get("/metrics").get_data(as_text=True)
     assert f'calmon_labels_unfolded{{model="{MODEL}"}} 0.0' in scrape
     assert f'calmon_label_fold_lag_seconds{{model="{MODEL}"}} 0.0' in scrape
+
+
+def test_the_refresher_folds_between_its_cycles(
+    app: Flask, client: FlaskClient, auth: Auth, db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With its cycles doing nothing, the refresher thread still empties the queue: it folds
+    at the steps between cycles."""
+    now = datetime.now(UTC)
+    send(client, auth, predictions(now), now, requests=2)
+    cycles: list[datetime] = []
+    monkeypatch.setattr(refresher_module, "refresh_all", lambda *_a, **_k: cycles.append(now))
+    settings = dataclasses.replace(app.config["CALMON_SETTINGS"], refresh_seconds=3.0)
+    refresher = Refresher(db, settings)
+    refresher.start()
+    try:
+        deadline = time.monotonic() + 30
+        while queued(db) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        refresher.stop()
+    assert queued(db) == 0
+    assert window(client, auth, now)["n_labeled"] == N
+
+
+def test_calmon_refresh_loop_folds_waiting_labels(
+    client: FlaskClient, auth: Auth, db: Database, database_url: str
+) -> None:
+    now = datetime.now(UTC)
+    send(client, auth, predictions(now), now, requests=2)
+    env = {**os.environ, "CALMON_DATABASE_URL": database_url, "CALMON_REFRESH_SECONDS": "0.6"}
+    calmon = Path(sys.executable).parent / "calmon"
+    loop = subprocess.Popen(
+        [str(calmon), "refresh", "--loop"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while queued(db) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        loop.terminate()
+        loop.wait(30)
+    assert queued(db) == 0
+    assert window(client, auth, now)["n_labeled"] == N
 
 
 @pytest.mark.parametrize(("counted_at", "waiting"), [(2, 0), (3, 2)])
