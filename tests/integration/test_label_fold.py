@@ -118,6 +118,14 @@ def queued(db: Database) -> int:
         return fold_store.fold_status(session, MODEL).unfolded
 
 
+def queued_after(db: Database, seconds: float) -> int:
+    """What is still queued once the queue is empty or ``seconds`` have passed."""
+    deadline = time.monotonic() + seconds
+    while (left := queued(db)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return left
+
+
 def test_a_label_20_days_late_counts_after_the_next_fold_and_at_once_when_asked(
     client: FlaskClient, auth: Auth, db: Database
 ) -> None:
@@ -170,18 +178,15 @@ def test_the_refresher_folds_between_its_cycles(
     at the steps between cycles."""
     now = datetime.now(UTC)
     send(client, auth, predictions(now), now, requests=2)
-    cycles: list[datetime] = []
-    monkeypatch.setattr(refresher_module, "refresh_all", lambda *_a, **_k: cycles.append(now))
+    monkeypatch.setattr(refresher_module, "refresh_all", lambda *_a, **_k: None)
     settings = dataclasses.replace(app.config["CALMON_SETTINGS"], refresh_seconds=3.0)
     refresher = Refresher(db, settings)
     refresher.start()
     try:
-        deadline = time.monotonic() + 30
-        while queued(db) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        left = queued_after(db, seconds=30)
     finally:
         refresher.stop()
-    assert queued(db) == 0
+    assert left == 0
     assert window(client, auth, now)["n_labeled"] == N
 
 
@@ -199,13 +204,11 @@ def test_calmon_refresh_loop_folds_waiting_labels(
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 60
-        while queued(db) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        left = queued_after(db, seconds=60)
     finally:
         loop.terminate()
         loop.wait(30)
-    assert queued(db) == 0
+    assert left == 0
     assert window(client, auth, now)["n_labeled"] == N
 
 
