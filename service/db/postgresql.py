@@ -30,14 +30,15 @@ def _epoch(column: str) -> str:
     return f"floor(extract(epoch from {column}))::bigint"
 
 
-def _prediction_by_id(id_sql: str, columns: str, model: str = ":model") -> str:
+def prediction_by_id(id_sql: str, columns: str, model: str = ":model") -> str:
     """A subquery for the prediction of ``:model`` whose id is ``id_sql``: one probe of the
     primary key, fenced (``OFFSET 0``) so that a planner with stale statistics cannot turn the
     lateral join into a scan of the whole table."""
     return f"SELECT {columns} FROM predictions WHERE model = {model} AND id = {id_sql} OFFSET 0"
 
 
-_FOUND_COLUMNS = "contract_id, ts, slices, inputs"
+#: The prediction's columns the label join reads to count a label in its buckets.
+FOUND_COLUMNS = "contract_id, ts, slices, inputs"
 
 _PREDICTION_COLUMNS = "model, id, ts, contract_id, cohort, slices, inputs, received_at"
 #: ``claim_waiting_labels``'s statement: the ids as one binary ``text[]`` parameter.
@@ -275,7 +276,7 @@ class PostgreSQL:
     ) -> tuple[Any, ...]:
         """The label statement, with an ``ON CONFLICT`` insert (``speculative``) or with a
         plain insert of every staged label."""
-        probe = _prediction_by_id("s.id", _FOUND_COLUMNS, "%(model)s")
+        probe = prediction_by_id("s.id", FOUND_COLUMNS, "%(model)s")
         insert = (
             "INSERT INTO labels (model, id, label, label_name, ts, received_at, joined)"
             " SELECT %(model)s, id, label, label_name, ts, %(now)s, contract_id IS NOT NULL"
@@ -306,7 +307,7 @@ class PostgreSQL:
         statement = text(
             f"SELECT l.id, l.label, {_epoch('l.ts')}, p.contract_id, {_epoch('p.ts')}, p.slices,"
             f" p.inputs, l.label_name FROM labels l CROSS JOIN LATERAL"
-            f" ({_prediction_by_id('l.id', _FOUND_COLUMNS)}) p"
+            f" ({prediction_by_id('l.id', FOUND_COLUMNS)}) p"
             " WHERE l.model = :model AND NOT l.joined FOR UPDATE OF l"
         )
         return [tuple(r) for r in session.execute(statement, {"model": model})]
