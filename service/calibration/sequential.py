@@ -214,18 +214,26 @@ def _paths(
     pattern's current stretch and the pattern names."""
     Z, names = block_increments(tables, design)
     Z = Z[:, lookback_blocks:]
-    N = tables.rows[lookback_blocks:]
+    rows = np.asarray(tables.rows[lookback_blocks:], dtype=float).tolist()
     P, B = Z.shape
-    S = np.zeros(P)
-    stretch = np.zeros(P)
     path = np.zeros((P, B)) if whole_path else np.zeros((P, min(B, 1)))
-    for b in range(B):
-        S = np.maximum(0.0, S + Z[:, b])
-        stretch = np.where(S > 0.0, stretch + N[b], 0.0)
+    stretch = np.zeros(P)
+    # One pattern at a time on Python floats: the recursion is sequential in the blocks, and
+    # per-block array operations over a few patterns cost more than the arithmetic.
+    for p, increments in enumerate(Z.tolist()):
+        S = run = 0.0
+        values = []
+        for z, n in zip(increments, rows, strict=True):
+            S += z
+            if S <= 0.0:  # not a NaN, which stays, as under np.maximum
+                S = 0.0
+            run = run + n if S > 0.0 else 0.0
+            values.append(S)
+        stretch[p] = run
         if whole_path:
-            path[:, b] = S
-    if not whole_path and B:
-        path[:, 0] = S
+            path[p] = values
+        elif B:
+            path[p, 0] = S
     return path, stretch.astype(np.int64), names
 
 

@@ -127,9 +127,10 @@ class History:
     points: tuple[HistoryPoint, ...]
     fold: FoldStatus = NO_FOLD
 
-    def _point(self, point: HistoryPoint) -> dict[str, Any]:
-        """A point's fields with what it leaves out (``fold``)."""
-        return point.to_dict() | fold_fields(self.fold)
+    def _points(self) -> list[dict[str, Any]]:
+        """Each point's fields with what it leaves out (``fold``)."""
+        fold = fold_fields(self.fold)
+        return [point.to_dict() | fold for point in self.points]
 
     def to_dict(self) -> dict[str, Any]:
         baseline = self.contract.baseline_reading()
@@ -142,14 +143,13 @@ class History:
             "contract": {"id": self.contract.id, "version": self.contract.version},
             "policy": self.contract.policy.to_dict(),
             "baseline": {"ece": baseline.ece, "ece_debiased": baseline.ece_debiased},
-            "points": [self._point(p) for p in self.points],
+            "points": self._points(),
         }
 
     def csv_rows(self) -> list[list[Any]]:
         """One row per point in ``CSV_COLUMNS`` order (empty cells for missing values)."""
         rows = []
-        for p in self.points:
-            d = self._point(p)
+        for d in self._points():
             ci = d.pop("ece_ci") or [None, None]
             refit_ci = d.pop("refit_temperature_ci") or [None, None]
             d |= {"ece_ci_lower": ci[0], "ece_ci_upper": ci[1]}
