@@ -72,7 +72,10 @@ def history(client: FlaskClient, auth: Auth) -> datetime:
     """A model with 12 predictions 40 days old and 8 from the last hour, all labeled."""
     ok(client.post("/v1/contracts/fit", json=fit_body(MODEL), headers=auth.headers()))
     now = datetime.now(UTC)
-    send(client, auth, "old", now - timedelta(days=40), 12)
+    # At a 5-minute boundary, so that the old labels share one bucket per slice list and their
+    # request counts them (labels of a split bucket would wait for the fold).
+    old = now - timedelta(days=40)
+    send(client, auth, "old", old - timedelta(seconds=old.timestamp() % 300), 12)
     send(client, auth, "new", now - timedelta(hours=3), 8)
     return now
 
