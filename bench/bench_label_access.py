@@ -42,7 +42,7 @@ from sqlalchemy.orm import Session
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_stream import drop_database, fresh_database
-from pgstats import server_settings
+from pgstats import process_cpu, server_settings
 
 from service.db.database import Database
 from service.db.migrate import upgrade_to_head
@@ -53,14 +53,6 @@ MODEL = "bench"
 STEPS = ("label join statement", "probe, row", "probe, key only", "insert into labels")
 #: One measured step: a session and a batch of sorted prediction ids.
 Step = Callable[[Session, list[str]], None]
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def backend_cpu(pid: int) -> float:
-    """CPU seconds (user + system) used so far by the server process ``pid``."""
-    raw = Path(f"/proc/{pid}/stat").read_text()
-    rest = raw[raw.rindex(")") + 2 :].split()
-    return (int(rest[11]) + int(rest[12])) / _TICK
 
 
 def store_predictions(url: str, n: int) -> None:
@@ -118,11 +110,11 @@ def timed(database: Database, ids: np.ndarray, batch: int, step: Step) -> tuple[
     with database.session() as session:
         pid = int(session.scalar(text("SELECT pg_backend_pid()")))
         session.commit()
-        cpu, start = backend_cpu(pid), time.perf_counter()
+        cpu, start = process_cpu(pid), time.perf_counter()
         for b in range(0, len(ids), batch):
             step(session, sorted(f"p{i}" for i in ids[b : b + batch].tolist()))
             session.commit()
-        seconds, cpu = time.perf_counter() - start, backend_cpu(pid) - cpu
+        seconds, cpu = time.perf_counter() - start, process_cpu(pid) - cpu
     return len(ids) / seconds, cpu / len(ids) * 1e6
 
 

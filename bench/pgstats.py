@@ -33,6 +33,18 @@ SETTINGS = (
 )
 
 
+def _parsed_stat(raw: str) -> tuple[int, str, float]:
+    """``(parent pid, command, cpu seconds)`` of one ``/proc/<pid>/stat`` text."""
+    rest = raw[raw.rindex(")") + 2 :].split()
+    cpu = (int(rest[11]) + int(rest[12])) / _TICK
+    return int(rest[1]), raw[raw.index("(") + 1 : raw.rindex(")")], cpu
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) used so far by the process ``pid``."""
+    return _parsed_stat(Path(f"/proc/{pid}/stat").read_text())[2]
+
+
 def _processes() -> list[tuple[int, int, str, float]]:
     """``(pid, parent pid, command, cpu seconds)`` of every process readable in /proc."""
     found = []
@@ -41,10 +53,7 @@ def _processes() -> list[tuple[int, int, str, float]]:
             raw = stat.read_text()
         except OSError:
             continue
-        command = raw[raw.index("(") + 1 : raw.rindex(")")]
-        rest = raw[raw.rindex(")") + 2 :].split()
-        cpu = (int(rest[11]) + int(rest[12])) / _TICK
-        found.append((int(stat.parent.name), int(rest[1]), command, cpu))
+        found.append((int(stat.parent.name), *_parsed_stat(raw)))
     return found
 
 
