@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from flask import Blueprint, Response
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
 from service.db.backend import backend_of
 from service.db.database import Database
+from service.db.failover import engine_durability_warnings
 from service.db.maintenance import pending_tasks
 from service.db.migrate import schema_is_current
 from service.web.db_session import database
@@ -71,7 +74,11 @@ def readyz() -> Response:
             "a migration left maintenance to do: run 'calmon migrate'",
             headers={"Retry-After": "30"},
         )
-    return reply(Status, {"status": "ready", "database": db.backend})
+    ready: dict[str, Any] = {"status": "ready", "database": db.backend}
+    warnings = engine_durability_warnings(db.engine)
+    if warnings:
+        ready["warnings"] = warnings
+    return reply(Status, ready)
 
 
 def _writes_refused(db: Database) -> str | None:
