@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import atexit
 import threading
+import time
+import uuid
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -23,8 +25,8 @@ from urllib.parse import quote, urlencode
 
 from service.client.columns import pending
 from service.client.results import Contract, GateDecision, History, Reading, RequestFailed
-from service.client.sender import Sender, SenderStats
-from service.client.transport import Transport
+from service.client.sender import RETRIED_STATUSES, Sender, SenderStats
+from service.client.transport import Transport, Unreachable
 
 
 def _close_at_exit(ref: weakref.ReferenceType[Calmon]) -> None:
@@ -40,6 +42,12 @@ class Calmon:
     oldest has waited ``max_delay`` seconds; at most ``max_queue`` rows wait, and a call that
     finds the queue full blocks until there is room (``when_full="block"``) or has its rows
     dropped and counted (``"drop"``). ``timeout``: seconds per HTTP request.
+
+    The writes ``fit``, ``register``, ``retire`` and ``gate`` send a fresh ``Idempotency-Key``
+    and, after a 429, 502, 503 or 504 reply or a lost connection (whose outcome is unknown),
+    send the same request with the same key again, with the same backoff as the sender, for
+    at most ``retry_seconds``: the service makes the write once and answers the retry with its
+    result. ``write_retries`` counts those second sendings.
     """
 
     def __init__(
@@ -55,6 +63,7 @@ class Calmon:
         timeout: float = 60.0,
         backoff: float = 0.2,
         max_backoff: float = 10.0,
+        retry_seconds: float = 120.0,
     ) -> None:
         self.url, self.model = url.rstrip("/"), model
         self._token, self._timeout = token, timeout
@@ -71,6 +80,9 @@ class Calmon:
         }
         if when_full not in ("block", "drop"):
             raise ValueError("when_full is 'block' or 'drop'")
+        self._backoff, self._max_backoff = backoff, max_backoff
+        self._retry_seconds = retry_seconds
+        self.write_retries = 0
         self._lock = threading.Lock()
         self._call_transports: list[Transport] = []
         atexit.register(_close_at_exit, weakref.ref(self))
@@ -158,16 +170,41 @@ class Calmon:
 
     # -- synchronous calls -----------------------------------------------------------------
 
-    def _call(self, method: str, path: str, body: Any = None, ok: tuple[int, ...] = (200,)) -> Any:
+    def _call_transport(self) -> Transport:
         transport = getattr(self._local, "transport", None)
         if transport is None:
             transport = self._local.transport = self._transport()
             with self._lock:
                 self._call_transports.append(transport)
-        status, reply = transport.json(method, path, body)
+        return transport
+
+    def _call(self, method: str, path: str, body: Any = None, ok: tuple[int, ...] = (200,)) -> Any:
+        status, reply = self._call_transport().json(method, path, body)
         if status not in ok:
             raise RequestFailed(status, reply)
         return reply
+
+    def _write(self, path: str, body: Any, ok: tuple[int, ...]) -> Any:
+        """POST an audited write with a fresh ``Idempotency-Key``, sent again with that key
+        while the reply says to retry or the connection is lost (see the class docstring)."""
+        headers = {"Idempotency-Key": uuid.uuid4().hex}
+        deadline = time.monotonic() + self._retry_seconds
+        attempt = 0
+        while True:
+            try:
+                status, reply = self._call_transport().json("POST", path, body, headers)
+            except Unreachable:
+                if time.monotonic() >= deadline:
+                    raise
+            else:
+                if status in ok:
+                    return reply
+                if status not in RETRIED_STATUSES or time.monotonic() >= deadline:
+                    raise RequestFailed(status, reply)
+            with self._lock:
+                self.write_retries += 1
+            time.sleep(min(self._max_backoff, self._backoff * 2**attempt))
+            attempt += 1
 
     def _model(self, model: str | None) -> str:
         chosen = model or self.model
@@ -178,11 +215,11 @@ class Calmon:
     def fit(self, body: Mapping[str, Any]) -> Contract:
         """``POST /v1/contracts/fit``: the service fits the calibrator and measures the
         baseline on the sets in ``body``; the registered contract."""
-        return Contract.of(self._call("POST", "/v1/contracts/fit", dict(body), (201,)))
+        return Contract.of(self._write("/v1/contracts/fit", dict(body), (201,)))
 
     def register(self, body: Mapping[str, Any]) -> Contract:
         """``POST /v1/contracts``: register a contract fitted elsewhere."""
-        return Contract.of(self._call("POST", "/v1/contracts", dict(body), (201,)))
+        return Contract.of(self._write("/v1/contracts", dict(body), (201,)))
 
     def contract(self, model: str | None = None) -> Contract:
         """``GET /v1/models/{model}/contract``: the active contract (``RequestFailed`` 404
@@ -217,7 +254,12 @@ class Calmon:
         body: dict[str, Any] = {"contract_id": contract_id}
         if policy is not None:
             body["policy"] = dict(policy)
-        return GateDecision.of(self._call("POST", "/v1/gate", body, (201,)))
+        return GateDecision.of(self._write("/v1/gate", body, (201,)))
+
+    def retire(self, contract_id: str, reason: str) -> Contract:
+        """``POST /v1/contracts/{id}/retire``: retire a contract (an admin token)."""
+        path = f"/v1/contracts/{quote(contract_id, safe='')}/retire"
+        return Contract.of(self._write(path, {"reason": reason}, (200,)))
 
 
 def _slice(value: Any, start: int, end: int) -> Any:

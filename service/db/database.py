@@ -34,11 +34,11 @@ def _libpq_hosts_as_query(url: str) -> str:
     """``scheme://user@h1:p1,h2:p2/db?q`` as ``scheme://user@/db?host=h1:p1&host=h2:p2&q``; any
     other URL as it is."""
     scheme, sep, rest = url.partition("://")
-    authority, slash, tail = rest.partition("/")
+    authority, _, tail = rest.partition("/")
     userinfo, at, hostlist = authority.rpartition("@")
     if not sep or "," not in hostlist:
         return url
-    path, question, query = tail.partition("?")
+    path, _, query = tail.partition("?")
     hosts = "&".join(f"host={h}" for h in hostlist.split(","))
     return f"{scheme}://{userinfo}{at}/{path}?{hosts}{'&' + query if query else ''}"
 

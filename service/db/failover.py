@@ -41,7 +41,8 @@ CONNECT_DEFAULTS: dict[str, Any] = {
     "keepalives_count": 3,
     "tcp_user_timeout": 10_000,
 }
-#: Seconds calmon waits for a COMMIT before it cancels it and answers 503 (``CALMON_COMMIT_SECONDS``).
+#: Seconds calmon waits for a COMMIT before it cancels it and answers 503
+#: (``CALMON_COMMIT_SECONDS``).
 DEFAULT_COMMIT_SECONDS = 10.0
 #: SQLSTATE of a write refused by a read-only transaction (a standby, or a node being promoted).
 READ_ONLY_SQLSTATE = "25006"
@@ -95,7 +96,7 @@ def bounded_commit(dbapi_connection: Any, commit: Any, seconds: float) -> None:
         cancelled.set()
         try:
             dbapi_connection.cancel_safe(timeout=2)
-        except Exception:  # noqa: BLE001 - the commit fails on its own if the server is gone
+        except Exception:
             log.warning("could not cancel a commit past %s s", seconds)
 
     timer = threading.Timer(seconds, cancel)

@@ -29,7 +29,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -125,9 +125,7 @@ class Formation:
     """A monitor and two nodes; ``start`` builds it, ``stop`` ends every process."""
 
     network: Network | None = None
-    root: Path = field(
-        default_factory=lambda: Path(tempfile.mkdtemp(prefix="calmon-formation-"))
-    )
+    root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="calmon-formation-")))
     nodes: list[Node] = field(default_factory=list)
     monitor_port: int = 0
     monitor_host: str = "127.0.0.1"
@@ -149,7 +147,10 @@ class Formation:
         }
 
     def _command(self, args: list[str], netns: str | None) -> list[str]:
-        return (["ip", "netns", "exec", netns] if netns else []) + args
+        """``args`` as the ``postgres`` user, in namespace ``netns`` (entered as root)."""
+        inside = ["ip", "netns", "exec", netns] if netns else []
+        as_postgres = ["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups"]
+        return inside + as_postgres + args
 
     def _spawn(self, args: list[str], netns: str | None, log_name: str) -> subprocess.Popen[bytes]:
         log = (self.root / f"{log_name}.log").open("ab")
@@ -157,8 +158,6 @@ class Formation:
             return subprocess.Popen(
                 self._command(args, netns),
                 env=self._env(),
-                user="postgres",
-                group="postgres",
                 start_new_session=True,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -171,8 +170,6 @@ class Formation:
         done = subprocess.run(
             self._command([PG_AUTOCTL, *args], netns),
             env=self._env(),
-            user="postgres",
-            group="postgres",
             capture_output=True,
             text=True,
             timeout=60,
@@ -399,10 +396,8 @@ class Formation:
             if not pids:
                 break
             for pid in pids:
-                try:
+                with suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
             time.sleep(0.1)
         node.process.wait(timeout=10)
 
@@ -427,9 +422,7 @@ class Formation:
     def sqlalchemy_url(self) -> str:
         """The multi-host URL in the form SQLAlchemy takes."""
         hosts = "&".join(f"host={n.client_host}:{n.port}" for n in self.nodes)
-        return (
-            f"postgresql+psycopg://postgres@/{DATABASE}?{hosts}&target_session_attrs=read-write"
-        )
+        return f"postgresql+psycopg://postgres@/{DATABASE}?{hosts}&target_session_attrs=read-write"
 
     def libpq_uri(self) -> str:
         """The formation's URI as ``pg_autoctl show uri --formation default`` prints it."""
@@ -453,10 +446,8 @@ class Formation:
             if process is None or process.poll() is not None:
                 continue
             for pid in session_processes(process.pid):
-                try:
+                with suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
             process.wait(timeout=10)
         if self.network is not None:
             self.network.remove()
