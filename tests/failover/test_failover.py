@@ -207,7 +207,10 @@ def _write_report(name: str, report: dict[str, Any]) -> None:
 
 def test_three_lost_primaries_lose_nothing_acknowledged(tmp_path: Path) -> None:
     began = time.monotonic()
-    with formations.formation() as formation, _calmon_on(formation, tmp_path) as server:
+    with (
+        formations.formation(logs=tmp_path / "formation") as formation,
+        _calmon_on(formation, tmp_path) as server,
+    ):
         status, _ = server.call("POST", "/v1/contracts/fit", fit_body(MODEL))
         assert status == 201
         load = Load(server.url, ADMIN_TOKEN, fit_body(AUDITED_MODEL))
@@ -276,7 +279,7 @@ def test_three_lost_primaries_lose_nothing_acknowledged(tmp_path: Path) -> None:
 def test_a_partitioned_primary_acknowledges_nothing_it_could_lose(tmp_path: Path) -> None:
     network = netns.Network()
     with (
-        formations.formation(network) as formation,
+        formations.formation(network, logs=tmp_path / "formation") as formation,
         _calmon_on(formation, tmp_path, CALMON_COMMIT_SECONDS=str(COMMIT_SECONDS)) as server,
     ):
         status, _ = server.call("POST", "/v1/contracts/fit", fit_body(MODEL))

@@ -452,18 +452,29 @@ class Formation:
         if self.network is not None:
             self.network.remove()
 
+    def keep_logs(self, folder: Path) -> None:
+        """Copy the keepers' and the monitor's logs to ``folder`` (before ``remove``)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        for log in self.root.glob("*.log"):
+            shutil.copy(log, folder / log.name)
+
     def remove(self) -> None:
         """Delete the formation's directory (after ``stop``)."""
         shutil.rmtree(self.root, ignore_errors=True)
 
 
 @contextmanager
-def formation(network: Network | None = None, **kwargs: Any) -> Iterator[Formation]:
-    """A started formation in a fresh temporary directory, stopped and deleted afterwards."""
+def formation(
+    network: Network | None = None, logs: Path | None = None, **kwargs: Any
+) -> Iterator[Formation]:
+    """A started formation in a fresh temporary directory, stopped and deleted afterwards (its
+    logs copied to ``logs`` first, when given)."""
     built = Formation(network, **kwargs)
     try:
         built.start()
         yield built
     finally:
         built.stop()
+        if logs is not None:
+            built.keep_logs(logs)
         built.remove()
