@@ -14,6 +14,13 @@ then ends the wait with a warning and keeps the transaction committed on the pri
 calmon cannot tell whether the write will survive a failover: the connection is closed and the
 request answered 503 (``CommitOutcomeUnknown``), and the client's retry, idempotent, stores it
 once either way.
+
+Each connection's own ``synchronous_commit`` is ``local`` and every transaction calmon begins
+sets the server's level back for itself (``SET LOCAL``): what calmon commits waits for the
+standby as configured, but the transaction PostgreSQL runs when a backend exits (dropping the
+connection's temporary staging tables) does not. On a primary cut off from its standby, a
+backend that waits there never exits, and the primary could then be neither shut down nor
+rejoin the formation as a standby.
 """
 
 from __future__ import annotations
@@ -48,6 +55,8 @@ DEFAULT_COMMIT_SECONDS = 10.0
 READ_ONLY_SQLSTATE = "25006"
 #: ``synchronous_commit`` values with which a commit returns before a standby has its WAL.
 _NOT_ON_STANDBY = frozenset({"off", "local"})
+#: Where a connection keeps the server's ``synchronous_commit`` (its pool record's ``info``).
+_SYNCHRONOUS_COMMIT = "calmon_synchronous_commit"
 
 
 class CommitOutcomeUnknown(psycopg.OperationalError):
@@ -77,6 +86,24 @@ def configure_failover(engine: Engine, commit_seconds: float) -> None:
         bounded_commit(dbapi_connection, original, commit_seconds)
 
     engine.dialect.do_commit = do_commit  # type: ignore[method-assign]
+
+    @event.listens_for(engine, "connect")
+    def _local_outside_transactions(dbapi_connection: Any, record: Any) -> None:
+        with dbapi_connection.cursor() as cursor:
+            cursor.execute("SELECT current_setting('synchronous_commit')")
+            level = str(cursor.fetchone()[0])
+            if level not in _NOT_ON_STANDBY:
+                cursor.execute("SET synchronous_commit = local")
+        dbapi_connection.commit()
+        record.info[_SYNCHRONOUS_COMMIT] = level
+
+    @event.listens_for(engine, "begin")
+    def _configured_level_inside(connection: Connection) -> None:
+        level = connection.connection.info.get(_SYNCHRONOUS_COMMIT)
+        if level is not None and level not in _NOT_ON_STANDBY:
+            connection.exec_driver_sql(
+                "SELECT set_config('synchronous_commit', %(level)s, true)", {"level": level}
+            )
 
     @event.listens_for(engine, "handle_error")
     def _discard_read_only(context: ExceptionContext) -> None:

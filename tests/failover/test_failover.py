@@ -277,6 +277,7 @@ def test_three_lost_primaries_lose_nothing_acknowledged(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(netns.available() is not None, reason=str(netns.available()))
 def test_a_partitioned_primary_acknowledges_nothing_it_could_lose(tmp_path: Path) -> None:
+    began = time.monotonic()
     network = netns.Network()
     with (
         formations.formation(network, logs=tmp_path / "formation") as formation,
@@ -286,6 +287,7 @@ def test_a_partitioned_primary_acknowledges_nothing_it_could_lose(tmp_path: Path
         assert status == 201
         load = Load(server.url, ADMIN_TOKEN, fit_body(AUDITED_MODEL), rows_per_second=1200)
         load.start()
+        _say(began, "formation up, calmon serving, load started")
         try:
             time.sleep(6)
             isolated = formation.primary()
@@ -294,14 +296,19 @@ def test_a_partitioned_primary_acknowledges_nothing_it_could_lose(tmp_path: Path
             cut = time.monotonic()
             formation.isolate(isolated)
             promoted = formation.wait_promoted(survivor, timeout=PARTITION_SECONDS)
+            _say(began, f"{isolated.name} cut off, {survivor.name} promoted")
+            load.first_write_after(cut, timeout=PARTITION_SECONDS)
+            _say(began, "writes resumed")
             time.sleep(max(0.0, cut + PARTITION_SECONDS - time.monotonic()))
             healed = time.monotonic()
             formation.heal(isolated)
             formation.wait_healthy(timeout=120)
+            _say(began, f"partition healed, {isolated.name} back as a standby")
             time.sleep(2)
             after = _status_counts(server)
         finally:
             sent = load.stop()
+        _say(began, "load stopped, every row sent")
         assert sent, "rows were still unsent when the load stopped"
         assert not load.failures, load.failures
         assert load.rows_rejected() == 0

@@ -130,6 +130,12 @@ class Load:
 
     def _probe(self) -> None:
         transport = Transport(self.url, self.token, timeout=30)
+        try:
+            self._probe_on(transport)
+        finally:
+            transport.close()
+
+    def _probe_on(self, transport: Transport) -> None:
         n = 0
         while not self._stop.is_set():
             row_id = f"probe-{n}"
@@ -156,7 +162,6 @@ class Load:
                 time.sleep(PROBE_SECONDS)
             n += 1
             self._stop.wait(PROBE_SECONDS)
-        transport.close()
 
     def _audit(self, client: Calmon) -> None:
         n = 0
