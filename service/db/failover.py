@@ -116,7 +116,8 @@ def configure_failover(engine: Engine, commit_seconds: float) -> None:
 
 def bounded_commit(dbapi_connection: Any, commit: Any, seconds: float) -> None:
     """Run ``commit(dbapi_connection)``, cancelling it after ``seconds``; raise
-    ``CommitOutcomeUnknown`` (the connection closed) when the cancel was sent."""
+    ``CommitOutcomeUnknown`` when the cancel was sent (the engine's error hook then discards
+    the connection). ``dbapi_connection`` is the pool's proxy of the driver's connection."""
     cancelled = threading.Event()
 
     def cancel() -> None:
@@ -134,8 +135,7 @@ def bounded_commit(dbapi_connection: Any, commit: Any, seconds: float) -> None:
     finally:
         timer.cancel()
     if cancelled.is_set():
-        log.warning("commit not confirmed within %s s: outcome unknown, connection closed", seconds)
-        dbapi_connection.close()
+        log.warning("commit not confirmed within %s s: outcome unknown", seconds)
         raise CommitOutcomeUnknown(
             f"the commit was not confirmed within {seconds} s (a synchronous standby did not "
             "answer); it may have been kept on the primary alone"

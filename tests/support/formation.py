@@ -54,13 +54,12 @@ MONITOR_SETTINGS = {
     "pgautofailover.primary_demote_timeout": "5000",
 }
 #: A node notices a silent peer within seconds (the defaults wait a minute), so a primary cut
-#: off from its standby stops listing it as connected and its keeper demotes it.
+#: off from its standby stops listing it as connected and its keeper demotes it (after the
+#: keeper's ``timeout.network_partition_timeout``, 20 s, without the monitor).
 NODE_SETTINGS = {
     "wal_sender_timeout": "5s",
     "wal_receiver_timeout": "5s",
 }
-#: Seconds without the monitor and without a standby before a primary's keeper demotes it.
-NETWORK_PARTITION_TIMEOUT = 5
 
 
 def free_port() -> int:
@@ -285,14 +284,6 @@ class Formation:
             for name, value in NODE_SETTINGS.items():
                 conn.execute(f"ALTER SYSTEM SET {name} = '{value}'")
             conn.execute("SELECT pg_reload_conf()")
-        self._autoctl(
-            "config",
-            "set",
-            "--pgdata",
-            str(node.pgdata),
-            "timeout.network_partition_timeout",
-            str(NETWORK_PARTITION_TIMEOUT),
-        )
 
     # -- observing ---------------------------------------------------------------------------
 
