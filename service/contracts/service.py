@@ -100,9 +100,15 @@ def fit_contract(
 
 
 def _prior_contract(session: Session, request_key: RequestKey | None) -> Contract | None:
-    """The contract the request named by ``request_key`` made or retired before, or None."""
+    """The contract the request named by ``request_key`` made or retired before, or None.
+    A replay commits too: on PostgreSQL the reply then waits, as the first one would have, until
+    what it reports is on the standby (``service.db.failover``)."""
     prior = request_keys.prior_result(session, request_key)
-    return None if prior is None else find_contract(session, prior)
+    if prior is None:
+        return None
+    contract = find_contract(session, prior)
+    session.commit()
+    return contract
 
 
 def contract_warnings(contract: Contract) -> list[str]:

@@ -15,12 +15,14 @@ calmon cannot tell whether the write will survive a failover: the connection is 
 request answered 503 (``CommitOutcomeUnknown``), and the client's retry, idempotent, stores it
 once either way.
 
-Each connection's own ``synchronous_commit`` is ``local`` and every transaction calmon begins
-sets the server's level back for itself (``SET LOCAL``): what calmon commits waits for the
-standby as configured, but the transaction PostgreSQL runs when a backend exits (dropping the
-connection's temporary staging tables) does not. On a primary cut off from its standby, a
-backend that waits there never exits, and the primary could then be neither shut down nor
-rejoin the formation as a standby.
+Just before each commit calmon sets the server's ``synchronous_commit`` for the transaction and
+writes a WAL record of its own (``DURABLE_COMMIT``): every commit calmon acknowledges waits for
+the standby, also one that changed nothing and reports what an earlier commit stored (a
+duplicate batch, a replayed ``Idempotency-Key``), which PostgreSQL shows other sessions as soon
+as it is on the primary, before the standby has it. A connection's own ``synchronous_commit``
+is ``local``, so the transaction PostgreSQL runs when a backend exits (dropping the connection's
+temporary staging tables) does not wait: on a primary cut off from its standby such a backend
+would never exit, and the primary could be neither shut down nor rejoin as a standby.
 """
 
 from __future__ import annotations
@@ -57,6 +59,15 @@ READ_ONLY_SQLSTATE = "25006"
 _NOT_ON_STANDBY = frozenset({"off", "local"})
 #: Where a connection keeps the server's ``synchronous_commit`` (its pool record's ``info``).
 _SYNCHRONOUS_COMMIT = "calmon_synchronous_commit"
+#: Run just before each COMMIT: the server's ``synchronous_commit`` for this transaction, and a
+#: WAL record of its own (a transactional logical message, which any role may write), so that
+#: the commit waits for the standby even when the transaction changed nothing (a retried batch
+#: whose rows are all stored, a replayed ``Idempotency-Key``). Its confirmation covers every
+#: commit before it, which the reply may report.
+DURABLE_COMMIT = (
+    "SELECT set_config('synchronous_commit', %(level)s, true), "
+    "pg_logical_emit_message(true, 'calmon', '')"
+)
 
 
 class CommitOutcomeUnknown(psycopg.OperationalError):
@@ -83,27 +94,24 @@ def configure_failover(engine: Engine, commit_seconds: float) -> None:
     original = engine.dialect.do_commit
 
     def do_commit(dbapi_connection: Any) -> None:
+        level = dbapi_connection.info.get(_SYNCHRONOUS_COMMIT)
+        if level is not None and level not in _NOT_ON_STANDBY:
+            with dbapi_connection.cursor() as cursor:
+                cursor.execute(DURABLE_COMMIT, {"level": level})
         bounded_commit(dbapi_connection, original, commit_seconds)
 
     engine.dialect.do_commit = do_commit  # type: ignore[method-assign]
 
     @event.listens_for(engine, "connect")
-    def _local_outside_transactions(dbapi_connection: Any, record: Any) -> None:
+    def _local_outside_commits(dbapi_connection: Any, record: Any) -> None:
         with dbapi_connection.cursor() as cursor:
             cursor.execute("SELECT current_setting('synchronous_commit')")
-            level = str(cursor.fetchone()[0])
+            row = cursor.fetchone()
+            level = str(row[0]) if row else "on"
             if level not in _NOT_ON_STANDBY:
                 cursor.execute("SET synchronous_commit = local")
         dbapi_connection.commit()
         record.info[_SYNCHRONOUS_COMMIT] = level
-
-    @event.listens_for(engine, "begin")
-    def _configured_level_inside(connection: Connection) -> None:
-        level = connection.connection.info.get(_SYNCHRONOUS_COMMIT)
-        if level is not None and level not in _NOT_ON_STANDBY:
-            connection.exec_driver_sql(
-                "SELECT set_config('synchronous_commit', %(level)s, true)", {"level": level}
-            )
 
     @event.listens_for(engine, "handle_error")
     def _discard_read_only(context: ExceptionContext) -> None:
@@ -152,7 +160,8 @@ def durability_warnings(connection: Connection, url: URL) -> list[str]:
             "current_setting('synchronous_standby_names')"
         )
     ).one()
-    synchronous_commit, standby_names = str(setting[0]), str(setting[1]).strip()
+    server_level = connection.connection.info.get(_SYNCHRONOUS_COMMIT, setting[0])
+    synchronous_commit, standby_names = str(server_level), str(setting[1]).strip()
     several = hosts_of(url) > 1
     warnings = []
     if (several or standby_names) and synchronous_commit in _NOT_ON_STANDBY:

@@ -26,11 +26,13 @@ def decide_gate(
 ) -> GateDecision:
     """Evaluate the contract against the policy, store the decision with its evidence, audit it.
 
-    A request whose ``request_key`` was decided before gets that decision back, unchanged."""
+    A request whose ``request_key`` was decided before gets that decision back, unchanged
+    (committed, so that on PostgreSQL the reply waits until the decision is on the standby)."""
     prior = request_keys.prior_result(session, request_key)
     if prior is not None:
         stored = gates_store.find_decision(session, prior)
         if stored is not None:
+            session.commit()
             return stored
     contract = find_contract(session, request.contract_id)
     outcome = evaluate_gate(contract, request, baseline_source(session, contract))

@@ -50,19 +50,26 @@ def _waiting_for_the_standby(url: str) -> int:
         return int(row[0]) if row else 0
 
 
-def test_an_unconfirmed_commit_is_a_503_and_leaves_no_backend_waiting(
-    stalled: tuple[Flask, str],
-) -> None:
+def _standby_answers(url: str) -> None:
+    """No standby required any more (as when the failover's new primary runs)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("ALTER SYSTEM RESET synchronous_standby_names")
+        conn.execute("SELECT pg_reload_conf()")
+
+
+def test_nothing_is_acknowledged_before_the_standby_has_it(stalled: tuple[Flask, str]) -> None:
+    """A commit past the bound is 503; so is a retry that finds its write already kept on the
+    primary (a replayed key, a batch of stored ids): its reply would report what the standby
+    does not have. No backend is left waiting; once commits are confirmed, the retries are
+    answered with what the first attempts kept, stored once."""
     app, url = stalled
     client = app.test_client()
     keyed = {**HEADERS, "Idempotency-Key": "fit-while-cut-off"}
     first = client.post("/v1/contracts/fit", json=fit_body("cut"), headers=keyed)
     assert_envelope(first, 503, "database_unavailable")
     assert first.headers["Retry-After"]
-    again = client.post("/v1/contracts/fit", json=fit_body("cut"), headers=keyed)
-    assert again.status_code == 201, again.get_json()
-    contracts = client.get("/v1/contracts?model=cut", headers=HEADERS).get_json()["contracts"]
-    assert [c["id"] for c in contracts] == [again.get_json()["id"]]
+    replayed = client.post("/v1/contracts/fit", json=fit_body("cut"), headers=keyed)
+    assert_envelope(replayed, 503, "database_unavailable")
 
     predictions = {
         "model": "cut",
@@ -71,7 +78,16 @@ def test_an_unconfirmed_commit_is_a_503_and_leaves_no_backend_waiting(
         ],
     }
     assert_envelope(client.post("/v1/predictions", json=predictions, headers=HEADERS), 503)
+    assert_envelope(client.post("/v1/predictions", json=predictions, headers=HEADERS), 503)
     deadline = time.monotonic() + 20
     while _waiting_for_the_standby(url) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _waiting_for_the_standby(url) == 0
+
+    _standby_answers(url)
+    again = client.post("/v1/contracts/fit", json=fit_body("cut"), headers=keyed)
+    assert again.status_code == 201, again.get_json()
+    contracts = client.get("/v1/contracts?model=cut", headers=HEADERS).get_json()["contracts"]
+    assert [c["id"] for c in contracts] == [again.get_json()["id"]]
+    stored = client.post("/v1/predictions", json=predictions, headers=HEADERS).get_json()
+    assert (stored["accepted"], stored["duplicates"]) == (0, 20)
