@@ -15,6 +15,7 @@ are retried (see ``sender``); ``stats`` counts what was sent, retried, dropped a
 from __future__ import annotations
 
 import atexit
+import socket
 import threading
 import time
 import uuid
@@ -44,8 +45,9 @@ class Calmon:
     dropped and counted (``"drop"``). ``timeout``: seconds per HTTP request.
 
     The writes ``fit``, ``register``, ``retire`` and ``gate`` send a fresh ``Idempotency-Key``
-    and, after a 429, 502, 503 or 504 reply or a lost connection (whose outcome is unknown),
-    send the same request with the same key again, with the same backoff as the sender, for
+    and, after a 429, 502, 503 or 504 reply or a connection lost with the request under way
+    (its outcome unknown; a refused connection is not retried), send the same request with the
+    same key again, with the same backoff as the sender, for
     at most ``retry_seconds``: the service makes the write once and answers the retry with its
     result. ``write_retries`` counts those second sendings.
     """
@@ -193,8 +195,8 @@ class Calmon:
         while True:
             try:
                 status, reply = self._call_transport().json("POST", path, body, headers)
-            except Unreachable:
-                if time.monotonic() >= deadline:
+            except Unreachable as exc:
+                if _never_sent(exc) or time.monotonic() >= deadline:
                     raise
             else:
                 if status in ok:
@@ -260,6 +262,12 @@ class Calmon:
         """``POST /v1/contracts/{id}/retire``: retire a contract (an admin token)."""
         path = f"/v1/contracts/{quote(contract_id, safe='')}/retire"
         return Contract.of(self._write(path, {"reason": reason}, (200,)))
+
+
+def _never_sent(exc: Unreachable) -> bool:
+    """Whether the request cannot have reached the service (nothing listens, the name does not
+    resolve): nothing to repeat."""
+    return isinstance(exc.__cause__, ConnectionRefusedError | socket.gaierror)
 
 
 def _slice(value: Any, start: int, end: int) -> Any:
