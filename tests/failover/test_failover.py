@@ -50,7 +50,9 @@ AUDIT_KEY = "failover-test-audit-key-0123456789abcdef"
 RESUME_SECONDS = 15.0
 #: Seconds the primary stays cut off in the partition test.
 PARTITION_SECONDS = 60.0
-#: calmon's commit bound in the partition test (CALMON_COMMIT_SECONDS).
+#: calmon's commit bound in the partition test (CALMON_COMMIT_SECONDS). A request waits for
+#: its own commit at most this long, and as long again for each commit ahead of it that holds
+#: rows it needs: far less than the partition.
 COMMIT_SECONDS = 5.0
 #: A JSON file the figures are written to when set (they are printed in any case).
 REPORT = os.environ.get("CALMON_FAILOVER_REPORT")
@@ -332,6 +334,6 @@ def test_a_partitioned_primary_acknowledges_nothing_it_could_lose(tmp_path: Path
             "replies_by_status": after,
         }
         _write_report("partition", report)
-        assert slowest < COMMIT_SECONDS + 10, report
+        assert slowest < PARTITION_SECONDS / 2, report
         server_errors = {s: n for s, n in after.items() if s.startswith("5") and s != "503"}
         assert not server_errors, server_errors
