@@ -38,7 +38,8 @@ def healthz() -> Response:
 )
 def readyz() -> Response:
     """The database is reachable, its schema at the migrations' head, it takes writes (not a
-    standby, not read-only), no maintenance pending."""
+    standby, not read-only), no maintenance pending; the ready reply lists ``warnings`` when an
+    acknowledged write might not survive a failover (``service.db.failover``)."""
     db = database()
     try:
         with db.engine.connect() as connection:
