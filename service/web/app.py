@@ -40,7 +40,6 @@ def create_app(config: Mapping[str, Any] | Settings | None = None) -> Flask:
     )
     app.json.sort_keys = False  # type: ignore[attr-defined]
     database = Database(settings.database_url, commit_seconds=settings.commit_seconds)
-    log_durability(database.engine)
     bind_keyring(database.sessions, AuditKeyring.from_setting(settings.audit_key))
     app.extensions["calmon.database"] = database
     init_session_handling(app)
@@ -53,4 +52,5 @@ def create_app(config: Mapping[str, Any] | Settings | None = None) -> Flask:
     app.extensions["calmon.refresher"] = refresher
     if settings.refresh_in_service:
         refresher.start()
+    log_durability(database.engine)
     return app

@@ -240,13 +240,20 @@ def test_three_lost_primaries_lose_nothing_acknowledged(tmp_path: Path) -> None:
                 )
                 loss = time.monotonic()
                 formation.lose_host(lost)
+                unready = server.call("GET", "/readyz")
                 promoted = formation.wait_promoted(survivor)
                 _say(began, f"{lost.name} lost, {survivor.name} promoted")
                 load.first_write_after(loss, timeout=60)
                 _say(began, "writes resumed")
+                alone = server.call("GET", "/readyz")
                 formation.rejoin(lost)
                 formation.wait_healthy(timeout=120)
                 _say(began, f"{lost.name} back as a standby")
+                ready = server.call("GET", "/readyz")
+                assert unready[0] == 503 and unready[1]["error"]["code"] == "database_unavailable"
+                assert alone[0] == 200, alone
+                assert any("no synchronous standby" in w for w in alone[1]["warnings"]), alone
+                assert ready == (200, {"status": "ready", "database": "postgresql"}), ready
                 time.sleep(2)
                 after = _status_counts(server)
                 failovers.append(
