@@ -11,9 +11,9 @@ that takes writes.
 
 A commit is bounded by ``commit_seconds``: past it calmon cancels the commit's wait. PostgreSQL
 then ends the wait with a warning and keeps the transaction committed on the primary alone, so
-calmon cannot tell whether the write will survive a failover: the connection is closed and the
-request answered 503 (``CommitOutcomeUnknown``), and the client's retry, idempotent, stores it
-once either way.
+calmon cannot tell whether the write will survive a failover: the connection is discarded and
+the request answered 503 (``CommitOutcomeUnknown``), and the client's retry, idempotent, stores
+it once either way.
 
 Just before each commit calmon sets the server's ``synchronous_commit`` for the transaction and
 writes a WAL record of its own (``DURABLE_COMMIT``): every commit calmon acknowledges waits for
@@ -71,8 +71,9 @@ DURABLE_COMMIT = (
 
 
 class CommitOutcomeUnknown(psycopg.OperationalError):
-    """The commit's wait was cancelled or cut: the transaction may or may not survive a
-    failover, and the request is answered 503 so that the client retries it."""
+    """The commit could not be confirmed (its wait was cancelled, or the server could not take
+    the commit's WAL record): the transaction may or may not survive a failover, and the
+    request is answered 503 so that the client retries it."""
 
 
 def hosts_of(url: URL) -> int:
@@ -96,8 +97,15 @@ def configure_failover(engine: Engine, commit_seconds: float) -> None:
     def do_commit(dbapi_connection: Any) -> None:
         level = dbapi_connection.info.get(_SYNCHRONOUS_COMMIT)
         if level is not None and level not in _NOT_ON_STANDBY:
-            with dbapi_connection.cursor() as cursor:
-                cursor.execute(DURABLE_COMMIT, {"level": level})
+            try:
+                with dbapi_connection.cursor() as cursor:
+                    cursor.execute(DURABLE_COMMIT, {"level": level})
+            except psycopg.Error as exc:
+                # A hot standby refuses the WAL record; a lost server fails it: either way the
+                # commit cannot be confirmed now.
+                raise CommitOutcomeUnknown(
+                    f"the server cannot confirm a commit now ({type(exc).__name__})"
+                ) from exc
         bounded_commit(dbapi_connection, original, commit_seconds)
 
     engine.dialect.do_commit = do_commit  # type: ignore[method-assign]
