@@ -16,7 +16,6 @@ from flask import Flask
 from flask.testing import FlaskClient
 from jsonschema import Draft202012Validator
 
-from service import create_app
 from service.audit.head import KeyedHead
 from service.audit.head_store import read_head, write_head
 from service.audit.records import LISTED_PROBLEMS
@@ -32,7 +31,7 @@ from service.gate.store import GateDecision, insert_decision
 from service.web.routes import api_document
 from tests.integration.conftest import ADMIN_TOKEN
 from tests.integration.factories import fit_body, registration_body
-from tests.integration.test_audit import KEY, rehash, sql
+from tests.integration.test_audit import KEY, keyed_app, rehash, sql
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
@@ -91,15 +90,7 @@ def history(client: FlaskClient) -> dict[str, Any]:
 def keyed(app: Flask, database_url: str) -> Iterator[Flask]:
     """A second app on the same database under ``CALMON_AUDIT_KEY``, its log sealed (what
     ``calmon migrate`` does): a keyed segment and a keyed head."""
-    application = create_app(
-        {
-            "database_url": database_url,
-            "admin_token": ADMIN_TOKEN,
-            "audit_key": KEY,
-            "refresh_in_service": False,
-        }
-    )
-    application.config["TESTING"] = True
+    application = keyed_app(database_url)
     database: Database = application.extensions["calmon.database"]
     with database.session() as session:
         assert seal(session, actor="tests", now=utcnow())
@@ -433,14 +424,7 @@ def test_a_log_keyed_without_a_head_is_sealed_by_reseal_only(
     """Keyed events without a keyed head (written by a keyed process before ``calmon
     migrate`` ran, or before calmon kept a head) look like a head deleted after a truncation:
     ``calmon migrate`` leaves the log invalid, ``calmon audit reseal --i-know`` seals it."""
-    unsealed = create_app(
-        {
-            "database_url": database_url,
-            "admin_token": ADMIN_TOKEN,
-            "audit_key": KEY,
-            "refresh_in_service": False,
-        }
-    )
+    unsealed = keyed_app(database_url)
     try:
         signer = unsealed.test_client()
         fitted(signer)

@@ -16,7 +16,6 @@ from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import text
 
-from service import create_app
 from service.audit.head_store import read_head
 from service.audit.store import list_events, seal
 from service.auth.service import create_token
@@ -26,7 +25,7 @@ from service.common.clock import utcnow
 from service.db.database import Database
 from tests.integration.conftest import ADMIN_TOKEN
 from tests.integration.factories import fit_body
-from tests.integration.test_audit import KEY, OLD_KEY, sql
+from tests.integration.test_audit import KEY, OLD_KEY, keyed_app, sql
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 #: The rows an event recorded, by its type: deleted with it.
@@ -49,19 +48,6 @@ def fitted(client: FlaskClient, model: str = "glyphs") -> dict[str, Any]:
 
 def verify(client: FlaskClient) -> dict[str, Any]:
     return ok(client.get("/v1/audit/verify", headers=ADMIN))
-
-
-def keyed_app(database_url: str, key: str = KEY) -> Flask:
-    application = create_app(
-        {
-            "database_url": database_url,
-            "admin_token": ADMIN_TOKEN,
-            "audit_key": key,
-            "refresh_in_service": False,
-        }
-    )
-    application.config["TESTING"] = True
-    return application
 
 
 @pytest.fixture
