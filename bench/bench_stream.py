@@ -94,7 +94,16 @@ def port_in_use() -> bool:
     return True
 
 
-def start_service(url: str, workers: int, threads: int) -> subprocess.Popen[bytes]:
+def start_service(
+    url: str,
+    workers: int,
+    threads: int,
+    settings: dict[str, str] | None = None,
+    log: Path | None = None,
+) -> subprocess.Popen[bytes]:
+    """``calmon serve`` on ``url`` (migrated first), refresher off and warnings logged only
+    unless ``settings`` (environment variables) say otherwise; its log lines go to ``log``
+    (default: nowhere)."""
     if port_in_use():
         raise RuntimeError(f"port {PORT} is taken (another benchmark?); set CALMON_BENCH_PORT")
     env = {
@@ -103,6 +112,7 @@ def start_service(url: str, workers: int, threads: int) -> subprocess.Popen[byte
         "CALMON_ADMIN_TOKEN": TOKEN,
         "CALMON_LOG_LEVEL": "WARNING",
         "CALMON_REFRESH_IN_SERVICE": "false",
+        **(settings or {}),
     }
     calmon = str(Path(sys.executable).parent / "calmon")
     subprocess.run([calmon, "migrate"], env=env, check=True, capture_output=True)
@@ -119,7 +129,7 @@ def start_service(url: str, workers: int, threads: int) -> subprocess.Popen[byte
         ],
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL if log is None else log.open("ab"),
     )
     for _ in range(100):
         try:
