@@ -23,6 +23,16 @@ of the models' fragments, stored in one row with the models' times; when no frag
 only its time moves. Prometheus scrapes read only that row, so every worker and replica answers
 the same numbers and a scrape never sees a half-refreshed fleet.
 
+A cycle has a time budget (the ``Refresher``'s: ``BUDGET_SHARE`` of the refresh interval). It
+takes the models with work longest behind first (``plan.priority``; among models equally
+behind, those with new data first) and begins none once the budget is spent: it then stores the
+exposition, the models it did not reach keep their markers and count as behind, and the next
+cycle, which the ``Refresher`` starts at once, takes them first. However many models change or
+are registered at once, the exposition, and with it every model's age, is thus renewed at least
+every interval plus a budget, and a model left over waits one cycle more. A model without any
+bucket (one just registered) costs a read of its current contract: its readings are those of
+no data (``service.stream.readings.reading_without_data``).
+
 Each cycle first joins labels left waiting though their prediction is stored and folds the
 labels queued since the last cycle into their buckets (``service.stream.fold``), so the readings
 it computes count every label acknowledged before the cycle began. Between cycles the holder of
@@ -55,6 +65,7 @@ from sqlalchemy.orm import Session
 from service.audit import store as audit
 from service.common.clock import utcnow
 from service.config import Settings
+from service.contracts.service import current_contract
 from service.db.database import Database, refresh_planner_statistics
 from service.export import change_store
 from service.export.budget import SliceExport, choose_exported
@@ -63,7 +74,7 @@ from service.export.collector import assemble, model_fragment
 from service.export.fleet import SEVERITY
 from service.export.instruments import REFRESH_FAILURES
 from service.export.lease_store import try_acquire
-from service.export.plan import ModelWork, plan_work, stale_at
+from service.export.plan import ModelWork, current_since, plan_work, stale_at
 from service.export.reading_store import (
     ExpositionTimes,
     ReadingRow,
@@ -77,7 +88,7 @@ from service.stream.bucket_store import EVERY_SLICE
 from service.stream.fold import fold_model
 from service.stream.ingestion import sweep_waiting_labels
 from service.stream.prediction_store import models_with_waiting_labels
-from service.stream.readings import WindowReading, calibration_reading
+from service.stream.readings import WindowReading, calibration_reading, reading_without_data
 from service.stream.retention import expire_pending
 from service.stream.windows import Window
 
@@ -93,16 +104,23 @@ MAINTAIN_EVERY = timedelta(minutes=5)
 FOLDS_PER_REFRESH = 3
 
 
+#: The share of ``CALMON_REFRESH_SECONDS`` a refresher's cycle spends refreshing models before it
+#: stores the exposition and leaves the models it has not reached to the next cycle.
+BUDGET_SHARE = 1 / 3
+
+
 @dataclass(frozen=True)
 class RefreshReport:
-    """One refresh: models in the fleet, models with work, readings recomputed, wall time (s),
-    models that failed."""
+    """One refresh: models in the fleet, readings recomputed, wall time (s), models that
+    failed, models with work, and how many of those it left for the next cycle (its time budget
+    spent)."""
 
     models: int
     readings: int
     seconds: float
     failed: tuple[str, ...] = ()
     changed: int = 0
+    carried: int = 0
 
 
 class LeaseLost(RuntimeError):
@@ -153,17 +171,20 @@ def _severity(status: str | None) -> int:
 def refresh_model(db: Database, work: ModelWork, settings: Settings, now: datetime) -> ModelRefresh:
     """Recompute what ``work`` says of one model (read-only), then store its readings, the
     audit events of its status changes, its refresh state and clear the markers read, in one
-    short transaction."""
+    short transaction. A model without any slice seen (no bucket: no prediction yet) has its
+    readings measured against its current contract without reading buckets."""
     model, state = work.model, work.state
     with db.read_session() as session:
         previous = model_readings(session, model)
         dirty = set(work.markers) - {EVERY_SLICE}
+        seen = True
         if work.full or dirty:
-            counts = (
-                (name, labeled) for name, _, labeled in bucket_store.slice_counts(session, model)
-            )
+            counts = bucket_store.slice_counts(session, model)
+            seen = bool(counts)
             export = choose_exported(
-                counts, state.exported if state else (), settings.max_slices_per_model
+                ((name, labeled) for name, _, labeled in counts),
+                state.exported if state else (),
+                settings.max_slices_per_model,
             )
         else:
             assert state is not None
@@ -180,7 +201,10 @@ def refresh_model(db: Database, work: ModelWork, settings: Settings, now: dateti
             or (s, w) not in previous
         ]
         obsolete = set(previous) - set(wanted)
-        computed = _readings(session, model, todo, now)
+        if seen:
+            computed = _readings(session, model, todo, now)
+        else:
+            computed = _readings_without_data(session, model, todo, now)
     current = {k: r for k, r in previous.items() if k not in obsolete}
     current.update({(r.cohort, r.window): r for r in computed})
     statuses = [str(r.values.get("status")) for r in current.values()]
@@ -229,22 +253,38 @@ def _readings(
             session, model, slice_, [*(w.start for w in windows), windows[0].end]
         )
         for window, first in zip(windows, firsts, strict=True):
-            assert window.name is not None
             reading = calibration_reading(session, model, window, slice_, now)
-            contract = reading.contract
-            rows.append(
-                ReadingRow(
-                    model,
-                    slice_,
-                    window.name,
-                    contract.id,
-                    contract.version,
-                    now,
-                    gauge_values(reading),
-                    stale_at(window, first, after_end),
-                )
-            )
+            rows.append(_row(reading, now, stale_at(window, first, after_end)))
     return rows
+
+
+def _readings_without_data(
+    session: Session, model: str, todo: Iterable[tuple[str, str]], now: datetime
+) -> list[ReadingRow]:
+    """The readings of ``todo`` at ``now`` for a model holding no bucket: each measured against
+    its current contract (read once) without data, as ``calibration_reading`` measures it, and
+    never stale by time."""
+    contract = current_contract(session, model, now)
+    return [
+        _row(reading_without_data(contract, model, Window.trailing(name, now), slice_), now, None)
+        for slice_, name in todo
+    ]
+
+
+def _row(reading: WindowReading, now: datetime, stale: datetime | None) -> ReadingRow:
+    """The stored row of a reading computed at ``now``, stale at ``stale``."""
+    window, contract = reading.window, reading.contract
+    assert window.name is not None
+    return ReadingRow(
+        reading.model,
+        reading.cohort,
+        window.name,
+        contract.id,
+        contract.version,
+        now,
+        gauge_values(reading),
+        stale,
+    )
 
 
 def _audit_changes(
@@ -347,17 +387,23 @@ def refresh_all(
     *,
     keep_lease: Callable[[], bool] | None = None,
     cache: FragmentCache | None = None,
+    budget: float | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> RefreshReport:
-    """Recompute the readings whose inputs changed, one model at a time, then store the
-    exposition.
+    """Recompute the readings whose inputs changed, one model at a time in the order of
+    ``plan.priority`` (longest behind first), then store the exposition.
 
-    A model whose refresh raises is logged, counted in ``calmon_refresh_failures_total`` and
-    left with its previous readings; the others go on. ``keep_lease`` (renew the lease; False
-    when another refresher holds it) is called before each model: once it fails the cycle
-    stops with ``LeaseLost`` and stores no exposition. Raises only if the fleet's changes or
-    the exposition cannot be read or stored.
+    With a ``budget`` (seconds of ``clock``, a monotonic clock), no model is begun once the
+    cycle has run that long, its first model aside: the models not reached keep their markers
+    and previous readings, count as behind like a failed model (their age goes on growing) and
+    are the first of the next cycle, while the exposition is stored at once. A model whose
+    refresh raises is logged, counted in ``calmon_refresh_failures_total`` and left with its
+    previous readings; the others go on. ``keep_lease`` (renew the lease; False when another
+    refresher holds it) is called before each model: once it fails the cycle stops with
+    ``LeaseLost`` and stores no exposition. Raises only if the fleet's changes or the
+    exposition cannot be read or stored.
     """
-    start = time.perf_counter()
+    start = clock()
     now = now or utcnow()
     cache = cache or FragmentCache()
     _sweep_waiting(db)
@@ -370,9 +416,13 @@ def refresh_all(
         states = change_store.refresh_states(session)
         due = change_store.due_readings(session, now)
         previous = exposition_times(session)
-    work = plan_work(fleet, states, markers, due, settings)
+    work = plan_work(fleet, states, markers, due, settings, previous)
     readings, failed, stamps = 0, [], {m: s.rendered_at for m, s in states.items()}
-    for item in work:
+    carried: list[str] = []
+    for i, item in enumerate(work):
+        if i and budget is not None and clock() - start >= budget:
+            carried = [w.model for w in work[i:]]
+            break
         if keep_lease is not None and not keep_lease():
             raise LeaseLost("another refresher holds the refresh lease")
         try:
@@ -387,7 +437,8 @@ def refresh_all(
             stamps[item.model] = now
             cache.put(item.model, now, done.fragment)
     models = sorted(fleet)
-    times = ExpositionTimes(now, tuple(models), _behind(fleet, stamps, failed, previous))
+    late = [*failed, *carried]
+    times = ExpositionTimes(now, tuple(models), _behind(fleet, stamps, late, previous))
     unchanged = (
         previous is not None
         and previous.models == times.models
@@ -398,27 +449,21 @@ def refresh_all(
         store_exposition(session, body, now, times)
         session.commit()
     return RefreshReport(
-        len(fleet), readings, time.perf_counter() - start, tuple(failed), len(work)
+        len(fleet), readings, clock() - start, tuple(failed), len(work), len(carried)
     )
 
 
 def _behind(
     fleet: Mapping[str, FleetModel],
     stamps: Mapping[str, datetime],
-    failed: Iterable[str],
+    late: Iterable[str],
     previous: ExpositionTimes | None,
 ) -> dict[str, float]:
     """Since when (epoch seconds) the readings of the models not current now are current: a
-    failed model's since the last exposition that had it current, a model never refreshed
-    since its first contract."""
+    ``late`` model's (failed, or left for the next cycle) since the last exposition that had it
+    current, a model never refreshed since its first contract."""
     behind = {m: f.registered_at.timestamp() for m, f in fleet.items() if m not in stamps}
-    for model in failed:
-        if previous is not None and model in previous.behind:
-            behind[model] = previous.behind[model]
-        elif previous is not None and model in previous.models:
-            behind[model] = previous.computed_at.timestamp()
-        else:
-            behind[model] = fleet[model].registered_at.timestamp()
+    behind.update({m: current_since(m, fleet[m], previous) for m in late})
     return behind
 
 
@@ -439,14 +484,20 @@ def expire_pending_labels(db: Database, settings: Settings, now: datetime) -> in
 
 
 class Refresher:
-    """A daemon thread that refreshes the stored readings every ``refresh_seconds``.
+    """A daemon thread that refreshes the stored readings every ``refresh_seconds``, each
+    cycle within a time budget of ``BUDGET_SHARE`` of that (``refresh_all``; ``clock`` measures
+    it), and at once again after a cycle that left models for the next.
 
     Each service process runs one; the lease makes sure only one of them works per period.
     """
 
-    def __init__(self, db: Database, settings: Settings) -> None:
+    def __init__(
+        self, db: Database, settings: Settings, *, clock: Callable[[], float] = time.perf_counter
+    ) -> None:
         self.db = db
         self.settings = settings
+        self.budget = settings.refresh_seconds * BUDGET_SHARE
+        self._clock = clock
         self.holder = f"{socket.gethostname()}:{os.getpid()}"
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self.loop, name="calmon-refresher", daemon=True)
@@ -480,7 +531,12 @@ class Refresher:
             self._maintained_at = now
         try:
             self.last_report = refresh_all(
-                self.db, self.settings, keep_lease=self._keep_lease, cache=self._fragments
+                self.db,
+                self.settings,
+                keep_lease=self._keep_lease,
+                cache=self._fragments,
+                budget=self.budget,
+                clock=self._clock,
             )
         except LeaseLost:
             log.warning("refresh stopped: another refresher holds the lease")
@@ -539,6 +595,8 @@ class Refresher:
                 "refreshed readings",
                 extra={
                     "models": report.models,
+                    "changed": report.changed,
+                    "carried": report.carried,
                     "readings": report.readings,
                     "failed": list(report.failed),
                     "seconds": round(report.seconds, 3),
@@ -558,15 +616,16 @@ class Refresher:
             log.exception("label fold failed")
 
     def loop(self, *, at_once: bool = False) -> None:
-        """Until stopped: a refresh every ``refresh_seconds`` (each after the wait, or the first
-        at once with ``at_once``) and, at even steps between them, a fold of the queued labels
-        (``FOLDS_PER_REFRESH`` steps per interval, the refresh's own fold included)."""
-        if at_once:
-            self.run_logged()
-        steps = 0
-        while not self._stop.wait(self.settings.refresh_seconds / FOLDS_PER_REFRESH):
-            steps += 1
+        """Until stopped: a refresh every ``refresh_seconds`` after the last (the first at once
+        with ``at_once``), or at once after one that left models for the next cycle, and at
+        even steps between them a fold of the queued labels (``FOLDS_PER_REFRESH`` steps per
+        interval, the refresh's own fold included)."""
+        step = self.settings.refresh_seconds / FOLDS_PER_REFRESH
+        behind, steps = at_once, 0
+        while not self._stop.wait(0 if behind else step):
+            steps = 0 if behind else steps + 1
             if steps % FOLDS_PER_REFRESH:
                 self.fold_logged()
-            else:
-                self.run_logged()
+                continue
+            report = self.run_logged()
+            behind, steps = report is not None and report.carried > 0, 0
