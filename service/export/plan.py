@@ -82,7 +82,7 @@ def plan_work(
 def current_since(model: str, fleet_model: FleetModel, previous: ExpositionTimes | None) -> float:
     """Since when (epoch seconds) the served readings of ``model`` are current: as the stored
     exposition says, or since its first contract for a model it does not cover yet."""
-    if previous is not None and model in previous.models:
+    if previous is not None and model in previous.covered:
         return previous.current_since(model)
     return fleet_model.registered_at.timestamp()
 

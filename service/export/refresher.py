@@ -54,7 +54,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -65,11 +65,12 @@ from sqlalchemy.orm import Session
 from service.audit import store as audit
 from service.common.clock import utcnow
 from service.config import Settings
-from service.contracts.service import current_contract
+from service.contracts import store as contracts_store
+from service.contracts.model import Contract
 from service.db.database import Database, refresh_planner_statistics
 from service.export import change_store
 from service.export.budget import SliceExport, choose_exported
-from service.export.change_store import FleetModel
+from service.export.change_store import FleetModel, NewState
 from service.export.collector import assemble, model_fragment
 from service.export.fleet import SEVERITY
 from service.export.instruments import REFRESH_FAILURES
@@ -78,8 +79,10 @@ from service.export.plan import ModelWork, current_since, plan_work, stale_at
 from service.export.reading_store import (
     ExpositionTimes,
     ReadingRow,
+    all_readings,
     exposition_times,
     model_readings,
+    replace_readings,
     store_exposition,
     write_readings,
 )
@@ -107,6 +110,8 @@ FOLDS_PER_REFRESH = 3
 #: The share of ``CALMON_REFRESH_SECONDS`` a refresher's cycle spends refreshing models before it
 #: stores the exposition and leaves the models it has not reached to the next cycle.
 BUDGET_SHARE = 1 / 3
+#: Models without data a cycle refreshes together (``refresh_without_data``), at most.
+NO_DATA_RUN = 100
 
 
 @dataclass(frozen=True)
@@ -168,6 +173,60 @@ def _severity(status: str | None) -> int:
     return SEVERITY.get(status or "", -1)
 
 
+@dataclass(frozen=True)
+class _Computed:
+    """One model's refresh as computed, before it is stored: its readings before, those
+    recomputed, those to delete, and the refresh state it leaves (None: its exposition does
+    not change)."""
+
+    work: ModelWork
+    previous: dict[tuple[str, str], ReadingRow]
+    computed: list[ReadingRow]
+    obsolete: set[tuple[str, str]]
+    state: NewState | None
+
+    @property
+    def result(self) -> ModelRefresh:
+        return ModelRefresh(len(self.computed), None if self.state is None else self.state.fragment)
+
+
+def _computed(
+    work: ModelWork,
+    previous: dict[tuple[str, str], ReadingRow],
+    export: SliceExport,
+    computed: list[ReadingRow],
+    obsolete: set[tuple[str, str]],
+    now: datetime,
+) -> _Computed:
+    """A model's refresh from its readings before, those recomputed at ``now``, those to delete
+    and its slices exported: its fragment re-rendered if anything it shows changed."""
+    state = work.state
+    current = {k: r for k, r in previous.items() if k not in obsolete}
+    current.update({(r.cohort, r.window): r for r in computed})
+    statuses = [str(r.values.get("status")) for r in current.values()]
+    status = max(statuses, key=lambda s: SEVERITY.get(s, 0)) if statuses else None
+    rerender = (
+        bool(computed or obsolete)
+        or state is None
+        or state.inputs_key != work.inputs_key
+        or (state.exported, state.unexported) != (export.exported, export.unexported)
+    )
+    new_state = None
+    if rerender:
+        rows = [current[k] for k in sorted(current)]
+        new_state = NewState(
+            work.model,
+            work.inputs_key,
+            export.exported,
+            export.unexported,
+            status,
+            _severity(status),
+            model_fragment(work.model, rows, export.unexported),
+            now,
+        )
+    return _Computed(work, previous, computed, obsolete, new_state)
+
+
 def refresh_model(db: Database, work: ModelWork, settings: Settings, now: datetime) -> ModelRefresh:
     """Recompute what ``work`` says of one model (read-only), then store its readings, the
     audit events of its status changes, its refresh state and clear the markers read, in one
@@ -204,39 +263,57 @@ def refresh_model(db: Database, work: ModelWork, settings: Settings, now: dateti
         if seen:
             computed = _readings(session, model, todo, now)
         else:
-            computed = _readings_without_data(session, model, todo, now)
-    current = {k: r for k, r in previous.items() if k not in obsolete}
-    current.update({(r.cohort, r.window): r for r in computed})
-    statuses = [str(r.values.get("status")) for r in current.values()]
-    status = max(statuses, key=lambda s: SEVERITY.get(s, 0)) if statuses else None
-    rerender = (
-        bool(computed or obsolete)
-        or state is None
-        or state.inputs_key != work.inputs_key
-        or (state.exported, state.unexported) != (export.exported, export.unexported)
-    )
-    fragment = None
-    if rerender:
-        fragment = model_fragment(model, [current[k] for k in sorted(current)], export.unexported)
+            contract = contracts_store.current_contracts(session, [model], now)[model]
+            computed = _readings_without_data(contract, model, todo, now)
+    done = _computed(work, previous, export, computed, obsolete, now)
     with db.session() as session:
         if computed or obsolete:
             write_readings(session, model, computed, obsolete)
         _audit_changes(session, previous, computed, now)
-        if fragment is not None:
-            change_store.save_state(
-                session,
-                model,
-                inputs_key=work.inputs_key,
-                exported=export.exported,
-                unexported=export.unexported,
-                status=status,
-                severity=_severity(status),
-                fragment=fragment,
-                rendered_at=now,
-            )
+        if done.state is not None:
+            change_store.save_states(session, [done.state])
         change_store.clear_markers(session, model, work.markers)
         session.commit()
-    return ModelRefresh(len(computed), fragment)
+    return done.result
+
+
+def maybe_without_data(work: ModelWork) -> bool:
+    """Whether ``work`` may be refreshed by ``refresh_without_data``: every reading of the model
+    is recomputed, and no change marker or due reading says it holds data."""
+    return work.full and not work.markers and not work.due
+
+
+def refresh_without_data(
+    db: Database, works: Sequence[ModelWork], settings: Settings, now: datetime
+) -> tuple[dict[str, ModelRefresh], list[ModelWork]]:
+    """Refresh together those of ``works`` (each ``maybe_without_data``) whose models hold no
+    bucket: one read transaction (which of them hold buckets, their stored readings, their
+    current contracts) and one write transaction for all; each reading measured without data.
+    Returns their refreshes by model, and the works of the models that hold buckets."""
+    with db.read_session() as session:
+        seen = bucket_store.models_with_buckets(session, [w.model for w in works])
+        empty = [w for w in works if w.model not in seen]
+        names = [w.model for w in empty]
+        previous: dict[str, dict[tuple[str, str], ReadingRow]] = {name: {} for name in names}
+        for row in all_readings(session, models=names) if names else ():
+            previous[row.model][(row.cohort, row.window)] = row
+        contracts = contracts_store.current_contracts(session, names, now)
+    done = []
+    for work in empty:
+        model, state = work.model, work.state
+        export = choose_exported((), state.exported if state else (), settings.max_slices_per_model)
+        wanted = [(s, w) for s in export.exported for w in settings.windows]
+        computed = _readings_without_data(contracts[model], model, wanted, now)
+        obsolete = set(previous[model]) - set(wanted)
+        done.append(_computed(work, previous[model], export, computed, obsolete, now))
+    if done:
+        with db.session() as session:
+            replace_readings(session, names, [r for d in done for r in d.computed])
+            for d in done:
+                _audit_changes(session, d.previous, d.computed, now)
+            change_store.save_states(session, [d.state for d in done if d.state is not None])
+            session.commit()
+    return {d.work.model: d.result for d in done}, [w for w in works if w.model in seen]
 
 
 def _readings(
@@ -259,12 +336,11 @@ def _readings(
 
 
 def _readings_without_data(
-    session: Session, model: str, todo: Iterable[tuple[str, str]], now: datetime
+    contract: Contract, model: str, todo: Iterable[tuple[str, str]], now: datetime
 ) -> list[ReadingRow]:
-    """The readings of ``todo`` at ``now`` for a model holding no bucket: each measured against
-    its current contract (read once) without data, as ``calibration_reading`` measures it, and
+    """The readings of ``todo`` at ``now`` for a model holding no bucket, whose current contract
+    is ``contract``: each measured without data, as ``calibration_reading`` measures it, and
     never stale by time."""
-    contract = current_contract(session, model, now)
     return [
         _row(reading_without_data(contract, model, Window.trailing(name, now), slice_), now, None)
         for slice_, name in todo
@@ -419,23 +495,32 @@ def refresh_all(
     work = plan_work(fleet, states, markers, due, settings, previous)
     readings, failed, stamps = 0, [], {m: s.rendered_at for m, s in states.items()}
     carried: list[str] = []
-    for i, item in enumerate(work):
+    steps = _steps(work)
+    for i, step in enumerate(steps):
         if i and budget is not None and clock() - start >= budget:
-            carried = [w.model for w in work[i:]]
+            carried = [w.model for later in steps[i:] for w in later]
             break
         if keep_lease is not None and not keep_lease():
             raise LeaseLost("another refresher holds the refresh lease")
-        try:
-            done = refresh_model(db, item, settings, now)
-        except Exception as exc:
-            failed.append(item.model)
-            REFRESH_FAILURES.labels(item.model).inc()
-            log_failure("model refresh failed", exc, model=item.model)
-            continue
-        readings += done.readings
-        if done.fragment is not None:
-            stamps[item.model] = now
-            cache.put(item.model, now, done.fragment)
+        refreshed: dict[str, ModelRefresh] = {}
+        alone: Sequence[ModelWork] = step
+        if maybe_without_data(step[0]):
+            try:
+                refreshed, alone = refresh_without_data(db, step, settings, now)
+            except Exception as exc:
+                log_failure("refresh of models without data failed", exc, models=len(step))
+        for item in alone:
+            try:
+                refreshed[item.model] = refresh_model(db, item, settings, now)
+            except Exception as exc:
+                failed.append(item.model)
+                REFRESH_FAILURES.labels(item.model).inc()
+                log_failure("model refresh failed", exc, model=item.model)
+        for model, done in refreshed.items():
+            readings += done.readings
+            if done.fragment is not None:
+                stamps[model] = now
+                cache.put(model, now, done.fragment)
     models = sorted(fleet)
     late = [*failed, *carried]
     times = ExpositionTimes(now, tuple(models), _behind(fleet, stamps, late, previous))
@@ -451,6 +536,21 @@ def refresh_all(
     return RefreshReport(
         len(fleet), readings, clock() - start, tuple(failed), len(work), len(carried)
     )
+
+
+def _steps(work: Sequence[ModelWork]) -> list[list[ModelWork]]:
+    """The cycle's models in order, in the steps it takes them: runs of up to ``NO_DATA_RUN``
+    consecutive models that may hold no data (``maybe_without_data``) together, any other
+    model alone."""
+    steps: list[list[ModelWork]] = []
+    for item in work:
+        last = steps[-1] if steps else []
+        together = maybe_without_data(item) and bool(last) and maybe_without_data(last[0])
+        if together and len(last) < NO_DATA_RUN:
+            last.append(item)
+        else:
+            steps.append([item])
+    return steps
 
 
 def _behind(

@@ -19,6 +19,7 @@ from sqlalchemy import select, update
 from service.db.database import Database
 from service.db.models import BucketChange, ModelRecord, RefreshState
 from service.export import refresher as refresher_module
+from service.export.plan import ModelWork
 from service.export.reading_store import all_readings
 from service.export.refresher import Refresher, gauge_values, refresh_all
 from service.stream.readings import calibration_reading
@@ -38,21 +39,28 @@ from tests.integration.test_stream import (
 
 
 class ModelClock:
-    """A monotonic clock for the refresher's budget that stands still but while a model is
+    """A monotonic clock for the refresher's budget that stands still but while models are
     refreshed: each model refreshed takes ``per_model`` seconds on it. Records the models in the
     order refreshed."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, per_model: float) -> None:
         self.now = 0.0
         self.order: list[str] = []
-        original = refresher_module.refresh_model
+        one, together = refresher_module.refresh_model, refresher_module.refresh_without_data
 
-        def timed(db: Database, work: Any, settings: Any, now: datetime) -> Any:
+        def refresh_model(db: Database, work: ModelWork, *args: Any) -> Any:
             self.order.append(work.model)
             self.now += per_model
-            return original(db, work, settings, now)
+            return one(db, work, *args)
 
-        monkeypatch.setattr(refresher_module, "refresh_model", timed)
+        def refresh_without_data(db: Database, works: list[ModelWork], *args: Any) -> Any:
+            done, alone = together(db, works, *args)
+            self.order.extend(done)
+            self.now += per_model * len(done)
+            return done, alone
+
+        monkeypatch.setattr(refresher_module, "refresh_model", refresh_model)
+        monkeypatch.setattr(refresher_module, "refresh_without_data", refresh_without_data)
 
     def __call__(self) -> float:
         return self.now
@@ -157,7 +165,7 @@ def cell(model: str) -> dict[str, str]:
     return {"model": model, "contract_version": "1", "cohort": "all", "window": "24h"}
 
 
-def test_a_model_without_data_is_refreshed_without_reading_its_buckets_per_window(
+def test_models_without_data_are_refreshed_together_in_a_fixed_number_of_statements(
     app: Flask, client: FlaskClient, auth: Auth, db: Database
 ) -> None:
     settings = app.config["CALMON_SETTINGS"]
@@ -166,9 +174,17 @@ def test_a_model_without_data_is_refreshed_without_reading_its_buckets_per_windo
     with counted_statements(db) as statements:
         report = refresh_all(db, settings)
     assert (report.changed, report.readings) == (2, 2 * len(settings.windows))
-    # Its slice counts say it has none: no window's buckets are read.
-    assert len([s for s in statements if "calibration_buckets" in s]) == 2
+    # One probe of the buckets for both: no window's buckets are read.
+    assert len([s for s in statements if "calibration_buckets" in s]) == 1
     assert_readings_equal_a_rebuild(db)
+    counts = []
+    for more in (["more-1", "more-2"], ["more-3", "more-4", "more-5"]):
+        for model in more:
+            _multiclass_contract(client, auth, model=model)
+        with counted_statements(db) as statements:
+            assert refresh_all(db, settings).changed == len(more)
+        counts.append(len(statements))
+    assert counts[0] == counts[1]
     samples = scrape(client)
     for model in ("glyphs", "churn"):
         for window in settings.windows:
@@ -188,6 +204,7 @@ def test_the_refresher_starts_the_next_cycle_at_once_while_models_are_left(
     models = [f"m{i}" for i in range(5)]
     for model in models:
         _multiclass_contract(client, auth, model=model)
+        stream(client, auth, model, datetime.now(UTC) - timedelta(minutes=20), "m")
     # An hour between cycles and a budget of 1,200 s, in which two models of 1,000 s fit.
     settings = replace(app.config["CALMON_SETTINGS"], refresh_seconds=3600.0)
     clock = ModelClock(monkeypatch, per_model=1000.0)
@@ -207,3 +224,4 @@ def test_the_refresher_starts_the_next_cycle_at_once_while_models_are_left(
     assert clock.order == models
     with db.read_session() as session:
         assert set(session.scalars(select(RefreshState.model))) == set(models)
+    assert refresher.last_report.carried == 0 and refresher.last_report.changed == 1
