@@ -91,7 +91,7 @@ from service.stream.bucket_store import EVERY_SLICE
 from service.stream.fold import fold_model
 from service.stream.ingestion import sweep_waiting_labels
 from service.stream.prediction_store import models_with_waiting_labels
-from service.stream.readings import WindowReading, calibration_reading, reading_without_data
+from service.stream.readings import WindowReading, calibration_readings, reading_without_data
 from service.stream.retention import expire_pending
 from service.stream.windows import Window
 
@@ -323,23 +323,24 @@ def _readings(
     by_slice: dict[str, list[Window]] = {}
     for slice_, window_name in todo:
         by_slice.setdefault(slice_, []).append(Window.trailing(window_name, now))
-    rows = []
+    wanted, stale = [], []
     for slice_, windows in by_slice.items():
         # Every trailing window ends at the same bucket: one probe for the end, one per start.
         *firsts, after_end = bucket_store.first_buckets_from(
             session, model, slice_, [*(w.start for w in windows), windows[0].end]
         )
         for window, first in zip(windows, firsts, strict=True):
-            reading = calibration_reading(session, model, window, slice_, now)
-            rows.append(_row(reading, now, stale_at(window, first, after_end)))
-    return rows
+            wanted.append((slice_, window))
+            stale.append(stale_at(window, first, after_end))
+    readings = calibration_readings(session, model, wanted, now) if wanted else []
+    return [_row(r, now, at) for r, at in zip(readings, stale, strict=True)]
 
 
 def _readings_without_data(
     contract: Contract, model: str, todo: Iterable[tuple[str, str]], now: datetime
 ) -> list[ReadingRow]:
     """The readings of ``todo`` at ``now`` for a model holding no bucket, whose current contract
-    is ``contract``: each measured without data, as ``calibration_reading`` measures it, and
+    is ``contract``: each measured without data, as ``calibration_readings`` measures it, and
     never stale by time."""
     return [
         _row(reading_without_data(contract, model, Window.trailing(name, now), slice_), now, None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -130,42 +131,58 @@ def calibration_reading(
     and ``shares`` says how the window splits. A window without data is measured against the
     model's current contract (``current_contract``).
     """
+    return calibration_readings(session, model, [(slice_, window)], now)[0]
+
+
+def calibration_readings(
+    session: Session, model: str, wanted: Sequence[tuple[str, Window]], now: datetime
+) -> list[WindowReading]:
+    """``calibration_reading`` of each (slice, window) of ``wanted``, in order: the model's
+    contracts and fold status are read once for all."""
     if not contracts_store.model_exists(session, model):
         raise NotFound(f"unknown model {model!r}")
-    before = Window.between(window.start - LOOKBACK, window.start)
-    fetched = bucket_store.window_totals(session, model, slice_, window.tiling() + before.tiling())
-    totals = [t for t in fetched if t.bucket_start >= window.start]
-    by_contract: dict[str, list[bucket_store.BucketTotals]] = defaultdict(list)
-    for t in totals:
-        by_contract[t.contract_id].append(t)
-    contracts = {cid: contracts_store.get_contract(session, cid) for cid in by_contract}
-    shares = sorted(
-        (
-            ContractShare(
-                cid, c.version, sum(t.n_predictions for t in rows), sum(t.n_labeled for t in rows)
-            )
-            for cid, rows in by_contract.items()
-            if (c := contracts[cid]) is not None
-        ),
-        key=lambda s: s.version,
-        reverse=True,
-    )
-    contract = contracts[shares[0].contract_id] if shares else None
-    if contract is None:
-        contract = current_contract(session, model, now)
-    lookback = [
-        t for t in fetched if t.bucket_start < window.start and t.contract_id == contract.id
-    ]
-    return _measured(
-        model,
-        contract,
-        window,
-        slice_,
-        tuple(shares),
-        by_contract.get(contract.id, []),
-        lookback,
-        fold_store.fold_status(session, model),
-    )
+    fold = fold_store.fold_status(session, model)
+    contracts: dict[str, Contract | None] = {}
+    current: list[Contract] = []
+
+    def contract(contract_id: str) -> Contract | None:
+        if contract_id not in contracts:
+            contracts[contract_id] = contracts_store.get_contract(session, contract_id)
+        return contracts[contract_id]
+
+    out = []
+    for slice_, window in wanted:
+        before = Window.between(window.start - LOOKBACK, window.start)
+        tiling = window.tiling() + before.tiling()
+        fetched = bucket_store.window_totals(session, model, slice_, tiling)
+        by_contract: dict[str, list[bucket_store.BucketTotals]] = defaultdict(list)
+        for t in fetched:
+            if t.bucket_start >= window.start:
+                by_contract[t.contract_id].append(t)
+        shares = sorted(
+            (
+                ContractShare(
+                    cid,
+                    c.version,
+                    sum(t.n_predictions for t in rows),
+                    sum(t.n_labeled for t in rows),
+                )
+                for cid, rows in by_contract.items()
+                if (c := contract(cid)) is not None
+            ),
+            key=lambda s: s.version,
+            reverse=True,
+        )
+        measured = contract(shares[0].contract_id) if shares else None
+        if measured is None:
+            current = current or [current_contract(session, model, now)]
+            measured = current[0]
+        lookback = [
+            t for t in fetched if t.bucket_start < window.start and t.contract_id == measured.id
+        ]
+        rows = by_contract.get(measured.id, [])
+        out.append(_measured(model, measured, window, slice_, tuple(shares), rows, lookback, fold))
+    return out
 
 
 def reading_without_data(
