@@ -18,13 +18,14 @@ cycle (in this process, as ``calmon refresh`` runs it). Last it times ``--scrape
 
 ``--live`` instead registers the models over HTTP (``POST /v1/contracts``, copies of one fitted
 contract) from ``--clients`` concurrent clients as fast as they go, while calmon refreshes in
-the service (``CALMON_REFRESH_SECONDS`` = ``--refresh-seconds``) and one more client streams
-``--predictions`` predictions (80% labeled) to each registered model of the ``--active`` share
-once per refresh interval. A sampler reads every model's ``calmon_readings_age_seconds`` from
-``/metrics`` every ``--sample-every`` seconds throughout and for ``--settle`` seconds after the
-last registration. It reports the largest age seen (target: at most 2 x
-``CALMON_REFRESH_SECONDS`` + 30 s), the refresh cycles' durations (from the service's log) and
-how long after its registration each model's age series first appeared.
+the service (``CALMON_REFRESH_SECONDS`` = ``--refresh-seconds``): first the ``--active`` share
+of them, to which one more client then streams ``--predictions`` predictions (80% labeled)
+each once per refresh interval, then the others. A sampler reads every model's
+``calmon_readings_age_seconds`` from ``/metrics`` every ``--sample-every`` seconds throughout
+and for ``--settle`` seconds after the last registration. It reports the largest age seen
+(target: at most 2 x ``CALMON_REFRESH_SECONDS`` + 30 s), the refresh cycles' durations (from
+the service's log), how long after its registration each model's age series first appeared,
+and the machine's load average meanwhile.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ import http.client
 import json
 import os
 import platform
-import queue
 import subprocess
 import sys
 import tempfile
@@ -58,6 +58,7 @@ from bench_stream import (
     drop_database,
     fresh_database,
     iso,
+    send_all,
     start_service,
     synthetic_fit_body,
 )
@@ -190,6 +191,7 @@ class AgeSamples:
 
     scrapes: list[tuple[float, float, str]] = field(default_factory=list)
     first_seen: dict[str, float] = field(default_factory=dict)
+    loads: list[float] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def scrape(self, conn: http.client.HTTPConnection) -> None:
@@ -208,6 +210,7 @@ class AgeSamples:
                 if age > worst:
                     worst, worst_model = age, model
             self.scrapes.append((at, worst, worst_model))
+            self.loads.append(os.getloadavg()[0])
 
 
 def refresh_cycles(log: Path) -> list[dict[str, object]]:
@@ -237,33 +240,19 @@ def live(args: argparse.Namespace, base: str) -> list[tuple[str, str, str]]:
     )
     rows: list[tuple[str, str, str]] = []
     names = [f"model-{i:05d}" for i in range(args.models)]
-    every = max(round(1 / args.active), 1)
-    active = names[::every]
-    registered: dict[str, float] = {}
+    active = set(names[:: max(round(1 / args.active), 1)])
     done = threading.Event()
     samples = AgeSamples()
     try:
         conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=600)
         status, reply = call(conn, "POST", "/v1/contracts/fit", synthetic_fit_body(names[0]))
         assert status == 201, reply[:300]
-        registered[names[0]] = time.time()
         fitted = {k: v for k, v in json.loads(reply).items() if k not in SERVER_FIELDS}
         fitted.pop("warnings", None)
-        todo: queue.Queue[str] = queue.Queue()
-        for model in names[1:]:
-            todo.put(model)
-
-        def register() -> None:
-            own = http.client.HTTPConnection("127.0.0.1", PORT, timeout=600)
-            while True:
-                try:
-                    model = todo.get_nowait()
-                except queue.Empty:
-                    return
-                body = json.dumps({**fitted, "model": model, "checkpoint": model}).encode()
-                status, reply = call(own, "POST", "/v1/contracts", body)
-                assert status == 201, reply[:300]
-                registered[model] = time.time()
+        bodies = {
+            model: json.dumps({**fitted, "model": model, "checkpoint": model}).encode()
+            for model in names[1:]
+        }
 
         def sample() -> None:
             own = http.client.HTTPConnection("127.0.0.1", PORT, timeout=600)
@@ -276,20 +265,22 @@ def live(args: argparse.Namespace, base: str) -> list[tuple[str, str, str]]:
             seed = 0
             while not done.is_set():
                 start = time.monotonic()
-                for model in [m for m in active if m in registered]:
+                for model in sorted(active):
                     seed += 1
                     stream(own, model, args.predictions, seed, args.cohorts)
                 done.wait(max(args.refresh_seconds - (time.monotonic() - start), 0.0))
 
         helpers = [threading.Thread(target=sample), threading.Thread(target=feed)]
-        for t in helpers:
-            t.start()
-        clients = [threading.Thread(target=register) for _ in range(args.clients)]
+        helpers[0].start()
         start = time.time()
-        for t in clients:
-            t.start()
-        for t in clients:
-            t.join()
+        # The models streamed to first, then the others, all of them as fast as the clients go.
+        _, replies = send_all(
+            [bodies[m] for m in sorted(active - {names[0]})], "/v1/contracts", args.clients, 201
+        )
+        helpers[1].start()
+        _, more = send_all(
+            [b for m, b in bodies.items() if m not in active], "/v1/contracts", args.clients, 201
+        )
         registering = time.time() - start
         done.wait(args.settle)
         done.set()
@@ -297,10 +288,11 @@ def live(args: argparse.Namespace, base: str) -> list[tuple[str, str, str]]:
             t.join()
     finally:
         done.set()
-        service.terminate()
-        service.wait(timeout=60)
-        if not args.keep:
-            drop_database(base, name)
+        stop(service, base, name, args.keep)
+    registered = {
+        r["model"]: datetime.fromisoformat(r["created_at"].replace("Z", "+00:00")).timestamp()
+        for r in [json.loads(reply), *replies, *more]
+    }
     durations = [float(str(c["seconds"])) for c in refresh_cycles(log)]
     target = 2 * args.refresh_seconds + 30
     ages = [worst for _, worst, _ in samples.scrapes]
@@ -337,6 +329,14 @@ def live(args: argparse.Namespace, base: str) -> list[tuple[str, str, str]]:
             "age series after registration",
             f"{len(delays):,} models ({missing} never)",
             f"p50 {p50:.0f} s, p95 {p95:.0f} s, max {max(delays, default=float('nan')):.0f} s",
+        )
+    )
+    rows.append(
+        (
+            "load average (1 min) while sampling",
+            f"{os.cpu_count()} cores",
+            f"{min(samples.loads):.1f} to {max(samples.loads):.1f}, "
+            f"median {float(np.median(samples.loads)):.1f}",
         )
     )
     print(f"service log: {log}")
@@ -455,12 +455,17 @@ def main() -> None:
         )
     finally:
         db.dispose()
-        service.terminate()
-        service.wait(timeout=60)
-        if not args.keep:
-            drop_database(base, name)
+        stop(service, base, name, args.keep)
     print_table(rows)
     print(f"\nsteady refresh cycles: max {max(cycles):.2f} s (target < 30 s)")
+
+
+def stop(service: subprocess.Popen[bytes], base: str, name: str, keep: bool) -> None:
+    """Stop calmon and drop its database unless ``keep``."""
+    service.terminate()
+    service.wait(timeout=60)
+    if not keep:
+        drop_database(base, name)
 
 
 def print_table(rows: list[tuple[str, str, str]]) -> None:

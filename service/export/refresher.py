@@ -29,9 +29,10 @@ behind, those with new data first) and begins none once the budget is spent: it 
 exposition, the models it did not reach keep their markers and count as behind, and the next
 cycle, which the ``Refresher`` starts at once, takes them first. However many models change or
 are registered at once, the exposition, and with it every model's age, is thus renewed at least
-every interval plus a budget, and a model left over waits one cycle more. A model without any
-bucket (one just registered) costs a read of its current contract: its readings are those of
-no data (``service.stream.readings.reading_without_data``).
+once per interval plus a cycle, and a model left over waits one cycle more. Models without any
+bucket (just registered) are refreshed together, up to ``NO_DATA_RUN`` consecutive ones in one
+read and one write transaction (``refresh_without_data``): their readings are those of no data
+against their current contracts (``service.stream.readings.reading_without_data``).
 
 Each cycle first joins labels left waiting though their prediction is stored and folds the
 labels queued since the last cycle into their buckets (``service.stream.fold``), so the readings

@@ -17,7 +17,7 @@ from flask.testing import FlaskClient
 from sqlalchemy import select, update
 
 from service.db.database import Database
-from service.db.models import BucketChange, ModelRecord, RefreshState
+from service.db.models import BucketChange, ContractRecord, ModelRecord, RefreshState
 from service.export import refresher as refresher_module
 from service.export.plan import ModelWork
 from service.export.reading_store import all_readings
@@ -161,8 +161,8 @@ def test_a_cycle_stops_at_its_budget_and_the_next_takes_the_longest_behind_first
     assert_readings_equal_a_rebuild(db)
 
 
-def cell(model: str) -> dict[str, str]:
-    return {"model": model, "contract_version": "1", "cohort": "all", "window": "24h"}
+def cell(model: str, contract_version: str = "1") -> dict[str, str]:
+    return {"model": model, "contract_version": contract_version, "cohort": "all", "window": "24h"}
 
 
 def test_models_without_data_are_refreshed_together_in_a_fixed_number_of_statements(
@@ -225,3 +225,39 @@ def test_the_refresher_starts_the_next_cycle_at_once_while_models_are_left(
     with db.read_session() as session:
         assert set(session.scalars(select(RefreshState.model))) == set(models)
     assert refresher.last_report.carried == 0 and refresher.last_report.changed == 1
+
+
+def test_a_run_of_models_without_data_hands_back_those_with_data_and_isolates_a_failure(
+    app: Flask, client: FlaskClient, auth: Auth, db: Database
+) -> None:
+    settings = app.config["CALMON_SETTINGS"]
+    for model in ("quiet", "busy"):
+        _multiclass_contract(client, auth, model=model)
+    stream(client, auth, "busy", datetime.now(UTC) - timedelta(minutes=20), "a")
+    refresh_all(db, settings)
+    # New contract versions: both recomputed in full without markers, one of them with data.
+    for model in ("quiet", "busy"):
+        _multiclass_contract(client, auth, model=model)
+    report = refresh_all(db, settings)
+    assert (report.changed, report.readings, report.failed) == (2, 6, ())
+    samples = scrape(client)
+    # Its window holds only data of version 1: measured against that.
+    assert gauge(samples, "calmon_labeled_predictions", **cell("busy")) == 12
+    assert gauge(samples, "calmon_predictions", **cell("quiet", "2")) == 0
+
+    # A contract that cannot be read back fails its model's refresh alone.
+    for model in ("new-1", "broken", "new-2"):
+        _multiclass_contract(client, auth, model=model)
+    with db.session() as session:
+        session.execute(
+            update(ContractRecord).where(ContractRecord.model == "broken").values(bin_edges="oops")
+        )
+        session.commit()
+    report = refresh_all(db, settings)
+    assert (report.changed, report.failed) == (3, ("broken",))
+    samples = scrape(client)
+    for model in ("new-1", "new-2"):
+        assert gauge(samples, "calmon_drift_status", **cell(model)) == -1
+    assert ("calmon_drift_status", tuple(sorted(cell("broken").items()))) not in samples
+    assert gauge(samples, "calmon_readings_age_seconds", model="broken") >= 0
+    assert_readings_equal_a_rebuild(db)
