@@ -318,7 +318,9 @@ def live(args: argparse.Namespace, base: str) -> list[tuple[str, str, str]]:
         (
             "largest calmon_readings_age_seconds",
             f"{len(ages)} scrapes every {args.sample_every:g} s",
-            f"{worst:.0f} s ({worst_model}, {at - start:.0f} s in; target <= {target:g} s)",
+            f"{worst:.0f} s ({worst_model}, {at - start:.0f} s in; target <= {target:g} s)"
+            if worst_model
+            else "no model had an age series",
         )
     )
     delays = [samples.first_seen[m] - registered[m] for m in registered if m in samples.first_seen]
