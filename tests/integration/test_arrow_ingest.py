@@ -13,6 +13,8 @@ import pyarrow as pa
 import pytest
 from flask.testing import FlaskClient
 
+from service.stream.arrow_stream import MAX_COLUMNS
+from service.stream.cohorts import MAX_KEYS
 from tests.integration.conftest import Auth, assert_envelope
 from tests.integration.test_stream import (
     _multiclass_contract,
@@ -26,9 +28,11 @@ ARROW = "application/vnd.apache.arrow.stream"
 K = 3
 
 
-def encode(table: pa.Table | pa.RecordBatch, compression: str | None = None) -> bytes:
+def encode(
+    table: pa.Table | pa.RecordBatch, compression: str | None = None, legacy: bool = False
+) -> bytes:
     sink = pa.BufferOutputStream()
-    options = pa.ipc.IpcWriteOptions(compression=compression)
+    options = pa.ipc.IpcWriteOptions(compression=compression, use_legacy_format=legacy)
     with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
         writer.write(table)
     return sink.getvalue().to_pybytes()
@@ -255,3 +259,133 @@ def test_malformed_label_columns_are_refused(
     error = assert_envelope(send(client, auth, "/v1/labels", encode(pa.table(base | columns))), 422)
     assert [d["field"] for d in error["details"]] == [field]
     assert reading(client, auth, "glyphs")["n_labeled"] == 0
+
+
+def label_table(n: int = 40) -> pa.Table:
+    return pa.table(
+        {
+            "id": [f"a{i}" for i in range(n)],
+            "label": pa.array([i % K for i in range(n)], pa.int32()),
+            "ts": pa.array(_times(n), pa.timestamp("us", "UTC")),
+        }
+    )
+
+
+#: Per route: its table of 40 rows, and the reply's count of rows new to the database.
+ROUTES: dict[str, tuple[Callable[[], pa.Table], Callable[[dict[str, Any]], int]]] = {
+    "/v1/predictions": (prediction_table, lambda reply: reply["accepted"]),
+    "/v1/labels": (label_table, lambda reply: reply["pending"] + reply["joined"]),
+}
+AFTER_THE_STREAM: dict[str, Callable[[pa.Table], bytes]] = {
+    "a second stream": encode,
+    "one byte": lambda rest: b"\x00",
+    "an end-of-stream marker": lambda rest: b"\xff\xff\xff\xff\x00\x00\x00\x00",
+}
+
+
+@pytest.mark.parametrize("path", list(ROUTES))
+@pytest.mark.parametrize("after", list(AFTER_THE_STREAM))
+@pytest.mark.parametrize("legacy", [False, True], ids=["stream", "pre-0.15 stream"])
+def test_a_body_is_exactly_one_stream(
+    client: FlaskClient, auth: Auth, path: str, after: str, legacy: bool
+) -> None:
+    _multiclass_contract(client, auth)
+    build, new_rows = ROUTES[path]
+    table = build()
+    first = encode(table.slice(0, 15), legacy=legacy)
+    body = first + AFTER_THE_STREAM[after](table.slice(15))
+    error = assert_envelope(send(client, auth, path, body), 400)
+    assert [d["field"] for d in error["details"]] == ["(body)"]
+    assert f"from byte offset {len(first)}:" in error["message"], error
+    # Nothing of the refused body was stored: every row of the table is new.
+    assert new_rows(ok(send(client, auth, path, encode(table)))) == 40
+
+
+def test_a_stream_in_the_format_before_arrow_0_15_is_taken(client: FlaskClient, auth: Auth) -> None:
+    _multiclass_contract(client, auth)
+    body = encode(prediction_table(), legacy=True)
+    assert body.endswith(b"\x00\x00\x00\x00") and not body.endswith(b"\xff" * 4 + b"\x00" * 4)
+    assert ok(send(client, auth, "/v1/predictions", body))["accepted"] == 40
+
+
+def _cohort_keys(table: pa.Table, keys: int) -> pa.Table:
+    """``table`` with ``keys`` cohort key columns for ``region``, each row holding one key."""
+    table = table.drop_columns(["region"])
+    values = [
+        pa.array([f"v{i}" if i % keys == key else None for i in range(table.num_rows)], pa.string())
+        for key in range(keys)
+    ]
+    names = [*table.column_names, *(f"k{key}" for key in range(keys))]
+    return pa.Table.from_arrays([*table.columns, *values], names)
+
+
+def test_a_body_of_one_column_per_cohort_key_is_taken(client: FlaskClient, auth: Auth) -> None:
+    _multiclass_contract(client, auth)
+    table = _cohort_keys(prediction_table(), MAX_KEYS)
+    assert table.num_columns == MAX_COLUMNS
+    assert ok(send(client, auth, "/v1/predictions", encode(table)))["accepted"] == 40
+
+
+@pytest.mark.parametrize("path", list(ROUTES))
+@pytest.mark.parametrize("columns", [MAX_COLUMNS + 1, 20_000])
+def test_more_columns_than_a_body_holds_are_refused_from_the_schema(
+    client: FlaskClient, auth: Auth, path: str, columns: int
+) -> None:
+    _multiclass_contract(client, auth)
+    build, new_rows = ROUTES[path]
+    table = build()
+    if path == "/v1/predictions":
+        wide = _cohort_keys(table, columns - 3)
+    else:
+        extra = pa.array([None] * table.num_rows, pa.string())
+        names = [f"k{i}" for i in range(columns - 3)]
+        wide = pa.Table.from_arrays(
+            [*table.columns, *[extra] * len(names)], [*table.column_names, *names]
+        )
+    error = assert_envelope(send(client, auth, path, encode(wide)), 422)
+    assert error["details"] == [
+        {
+            "field": "(body)",
+            "message": f"at most {MAX_COLUMNS} columns (id, ts, logits or score and {MAX_KEYS}"
+            f" cohort keys), the schema has {columns}",
+        }
+    ]
+    assert new_rows(ok(send(client, auth, path, encode(table)))) == 40
+
+
+def test_a_repeated_column_name_is_refused_naming_it(client: FlaskClient, auth: Auth) -> None:
+    _multiclass_contract(client, auth)
+    table = prediction_table()
+    twice = table.append_column("region", table.column("region"))
+    error = assert_envelope(send(client, auth, "/v1/predictions", encode(twice)), 422)
+    assert [(d["field"], d["message"]) for d in error["details"]] == [
+        ("region", "the column appears more than once")
+    ]
+
+
+def test_dictionary_strings_decode_to_no_more_than_the_body_limit(
+    client: FlaskClient, auth: Auth
+) -> None:
+    _multiclass_contract(client, auth)
+    table = prediction_table()
+    long_value = pa.array(["x" * 500_000])
+    indices = pa.array([0] * table.num_rows, pa.int32())
+    region = pa.DictionaryArray.from_arrays(indices, long_value)
+    body = encode(table.set_column(3, "region", region))
+    assert len(body) < 1_000_000
+    error = assert_envelope(send(client, auth, "/v1/predictions", body), 422)
+    assert [d["field"] for d in error["details"]] == ["(body)"]
+    assert "decode to more than 16777216 bytes" in error["details"][0]["message"]
+
+
+def test_a_column_of_a_long_type_is_named_in_a_short_message(
+    client: FlaskClient, auth: Auth
+) -> None:
+    _multiclass_contract(client, auth)
+    table = prediction_table()
+    fields = [pa.array(range(table.num_rows), pa.int8())] * 2_000
+    region = pa.StructArray.from_arrays(fields, [f"field{i}" for i in range(len(fields))])
+    body = encode(table.set_column(3, "region", region))
+    error = assert_envelope(send(client, auth, "/v1/predictions", body), 422)
+    [detail] = error["details"]
+    assert detail["field"] == "region" and len(detail["message"]) < 200, detail
