@@ -4,7 +4,8 @@ backends)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -12,10 +13,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from flask.testing import FlaskClient
+from sqlalchemy import event
 
+from service.db.database import READ_ONLY, Database
 from service.stream.arrow_stream import MAX_COLUMNS
 from service.stream.cohorts import MAX_KEYS
-from tests.integration.conftest import Auth, assert_envelope
+from tests.integration.conftest import BACKEND, Auth, assert_envelope
 from tests.integration.test_stream import (
     _multiclass_contract,
     ok,
@@ -389,3 +392,94 @@ def test_a_column_of_a_long_type_is_named_in_a_short_message(
     error = assert_envelope(send(client, auth, "/v1/predictions", body), 422)
     [detail] = error["details"]
     assert detail["field"] == "region" and len(detail["message"]) < 200, detail
+
+
+@contextmanager
+def transactions(db: Database) -> Iterator[list[bool]]:
+    """Record every transaction begun on ``db`` meanwhile: True for a read session's (on SQLite
+    a deferred ``BEGIN``), False for any other (on SQLite ``BEGIN IMMEDIATE``, the write
+    lock)."""
+    began: list[bool] = []
+
+    def record(connection: Any) -> None:
+        began.append(bool(connection.get_execution_options().get(READ_ONLY)))
+
+    event.listen(db.engine, "begin", record)
+    try:
+        yield began
+    finally:
+        event.remove(db.engine, "begin", record)
+
+
+def _out_of_range_labels() -> bytes:
+    table = label_table()
+    return encode(table.set_column(1, "label", pa.array([K] * table.num_rows, pa.int32())))
+
+
+REFUSED: dict[str, tuple[str, Callable[[], bytes], int, str]] = {
+    "two streams": (
+        "/v1/predictions",
+        lambda: encode(prediction_table(20)) + encode(prediction_table(20)),
+        400,
+        "(body)",
+    ),
+    "too many columns": (
+        "/v1/predictions",
+        lambda: encode(_cohort_keys(prediction_table(), 40)),
+        422,
+        "(body)",
+    ),
+    "a NaN logit": (
+        "/v1/predictions",
+        lambda: _nan_logits(prediction_table()),
+        422,
+        "predictions[2].logits",
+    ),
+    "a class index past K": ("/v1/labels", _out_of_range_labels, 422, "labels[0].label"),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_a_refused_arrow_body_begins_no_write_transaction(
+    client: FlaskClient, auth: Auth, db: Database, case: str
+) -> None:
+    """The body is read and its rows validated before the request begins a write transaction
+    (on SQLite: before it takes the write lock), its stored token resolved in a read session."""
+    _multiclass_contract(client, auth)
+    path, build, status, field = REFUSED[case]
+    body = build()
+    auth.token("ingest")
+    with transactions(db) as began:
+        error = assert_envelope(send(client, auth, path, body), status)
+    assert error["details"][0]["field"] == field
+    assert began and all(began), began
+
+
+@pytest.mark.parametrize("path", list(ROUTES))
+def test_an_accepted_arrow_body_writes_in_one_transaction_after_reading(
+    client: FlaskClient, auth: Auth, db: Database, path: str
+) -> None:
+    _multiclass_contract(client, auth)
+    build, new_rows = ROUTES[path]
+    body = encode(build())
+    auth.token("ingest")
+    with transactions(db) as began:
+        assert new_rows(ok(send(client, auth, path, body))) == 40
+    assert began[-1] is False and began.count(False) == 1, began
+
+
+@pytest.mark.skipif(BACKEND != "sqlite", reason="SQLite's database-wide write lock")
+def test_a_refused_body_is_answered_while_another_writer_holds_the_lock(
+    client: FlaskClient, auth: Auth, db: Database
+) -> None:
+    """Without waiting for the write lock: before the request would wait out the busy timeout
+    and get a 503."""
+    _multiclass_contract(client, auth)
+    auth.token("ingest")
+    path, build, status, field = REFUSED["a NaN logit"]
+    with db.engine.connect() as writer:
+        writer.exec_driver_sql("SELECT 1")
+        assert writer.in_transaction()
+        error = assert_envelope(send(client, auth, path, build()), status)
+        writer.rollback()
+    assert error["details"][0]["field"] == field
