@@ -9,9 +9,9 @@ class name), ``ts``. Dictionary-encoded columns are decoded first.
 
 The columns are converted without building an object per item and checked by
 ``batches.prediction_columns`` / ``batches.label_columns``, the checks of the JSON fast path;
-when those find anything wrong, the rows are handed to the item-by-item path of JSON bodies,
-which names every bad row and field (``predictions[3].ts``). A column of the wrong type, or a
-missing or unexpected column, is refused whole, naming the column.
+when those find anything wrong, ``arrow_rows`` names every bad row and field as the item-by-item
+path of JSON bodies does (``predictions[3].ts``). A column of the wrong type, or a missing or
+unexpected column, is refused whole, naming the column.
 """
 
 from __future__ import annotations
@@ -25,6 +25,12 @@ import pyarrow as pa
 
 from service.common.errors import ErrorDetail, ValidationFailed
 from service.common.values import format_timestamp, parse_timestamp
+from service.stream.arrow_rows import (
+    RowProblems,
+    label_problems,
+    logit_problems,
+    score_problems,
+)
 from service.stream.arrow_stream import is_text, refused, type_name
 from service.stream.batches import (
     LabelBatch,
@@ -68,8 +74,8 @@ _PER_SECOND = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}
 
 def _stamps(table: pa.Table) -> tuple[list[datetime] | None, list[Any]]:
     """``(parsed, raw)``: the ``ts`` column as aware UTC datetimes (None when a value is null,
-    out of ``datetime``'s range or does not parse) and as the values the item-by-item path reads
-    (RFC 3339 text, None for a null)."""
+    out of ``datetime``'s range or does not parse) and per row as sent: None for a null, an
+    aware datetime, or text (RFC 3339 or not; ``out of range`` beyond ``datetime``'s range)."""
     column = _decoded(table.column("ts"))
     if is_text(column.type):
         raw = column.to_pylist()
@@ -92,7 +98,7 @@ def _stamps(table: pa.Table) -> tuple[list[datetime] | None, list[Any]]:
     if inside.all() and not nulls.any():
         return aware, aware
     raw = [
-        None if null else (format_timestamp(t) if ok else "out of range")
+        None if null else (t if ok else "out of range")
         for t, ok, null in zip(aware, inside.tolist(), nulls.tolist(), strict=True)
     ]
     return None, raw
@@ -170,7 +176,17 @@ def predictions_from_arrow(
         batch = prediction_columns(ids, stamps, cohorts, inputs, task, now)
         if batch is not None:
             return batch
-    rows = table.column(name).to_pylist()
+    found = RowProblems("predictions")
+    found.ids(ids, 0)
+    found.stamps(raw_ts, now, 1)
+    found.cohorts(cohorts, 2)
+    column = table.column(name)
+    problems = logit_problems(column, n_classes) if task == "multiclass" else score_problems(column)
+    found.values(name, problems, 3)
+    found.raise_if_any("the predictions batch has invalid items; nothing was written")
+    # The row checks hold the rules of the fast checks: should they ever disagree, the
+    # item-by-item path decides.
+    rows = column.to_pylist()
     items = [
         _item(
             ("id", ids[i]),
@@ -213,6 +229,11 @@ def labels_from_arrow(
     batch = label_columns(ids, raw_labels, stamps, index_of, n_classes, now)
     if batch is not None:
         return batch
+    found = RowProblems("labels")
+    found.ids(ids, 0)
+    found.values("label", label_problems(raw_labels, index_of, n_classes), 1)
+    found.stamps(raw_ts, now, 2)
+    found.raise_if_any("the labels batch has invalid items; nothing was written")
     items = [
         _item(("id", ids[i]), ("label", raw_labels[i]), ("ts", _text(raw_ts[i])))
         for i in range(table.num_rows)
