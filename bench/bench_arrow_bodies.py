@@ -43,7 +43,14 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_stream import PORT, TOKEN, drop_database, fresh_database, start_service
+from bench_stream import (
+    PORT,
+    TOKEN,
+    drop_database,
+    fresh_database,
+    start_service,
+    synthetic_fit_body,
+)
 
 K = 16
 ROWS = 100_000
@@ -313,31 +320,6 @@ class Result:
     reply: str
 
 
-def fit_body() -> bytes:
-    rng = np.random.default_rng(1)
-    sets = {
-        name: {
-            "logits": np.round(rng.normal(size=(1000, K)), 6).tolist(),
-            "labels": rng.integers(0, K, 1000).tolist(),
-        }
-        for name in ("fit", "eval")
-    }
-    return json.dumps(
-        {
-            "model": "bench",
-            "checkpoint": "bench",
-            "task": "multiclass",
-            "classes": [f"c{k}" for k in range(K)],
-            "population": "synthetic",
-            "outcome": "top-label correct",
-            "split": {"method": "random"},
-            "data_window": {"start": "2026-01-01T00:00:00Z", "end": "2026-02-01T00:00:00Z"},
-            "method": "temperature",
-            **sets,
-        }
-    ).encode()
-
-
 def ingest_token(url: str) -> str:
     calmon = str(Path(sys.executable).parent / "calmon")
     out = subprocess.run(
@@ -386,7 +368,12 @@ def run_backend(backend: str, shapes: list[str], reps: int) -> dict[str, Result]
             url = f"sqlite:///{Path(tmp) / 'calmon.db'}"
         proc = start_service(url, workers=2, threads=1)
         try:
-            status, reply = post("/v1/contracts/fit", fit_body(), TOKEN, "application/json")
+            status, reply = post(
+                "/v1/contracts/fit",
+                synthetic_fit_body("bench", 1000, classes=K),
+                TOKEN,
+                "application/json",
+            )
             if status not in (200, 201):
                 raise RuntimeError(f"fit: {status} {reply[:300]!r}")
             token = ingest_token(url)

@@ -339,13 +339,14 @@ def label_bodies(
     ]
 
 
-def synthetic_fit_body(model: str, n: int = 2000, seed: int = 1) -> bytes:
-    """A ``POST /v1/contracts/fit`` body for a K = 10 model on random logits."""
+def synthetic_fit_body(model: str, n: int = 2000, seed: int = 1, classes: int = K) -> bytes:
+    """A ``POST /v1/contracts/fit`` body for a model of ``classes`` (K = 10) classes on random
+    logits."""
     rng = np.random.default_rng(seed)
     sets = {
         name: {
-            "logits": np.round(rng.normal(size=(n, K)), 6).tolist(),
-            "labels": rng.integers(0, K, n).tolist(),
+            "logits": np.round(rng.normal(size=(n, classes)), 6).tolist(),
+            "labels": rng.integers(0, classes, n).tolist(),
         }
         for name in ("fit", "eval")
     }
@@ -354,7 +355,7 @@ def synthetic_fit_body(model: str, n: int = 2000, seed: int = 1) -> bytes:
             "model": model,
             "checkpoint": model,
             "task": "multiclass",
-            "classes": [f"c{k}" for k in range(K)],
+            "classes": [f"c{k}" for k in range(classes)],
             "population": "synthetic",
             "outcome": "top-label correct",
             "split": {"method": "random"},

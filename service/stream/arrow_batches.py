@@ -22,8 +22,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from service.common.errors import ErrorDetail, ValidationFailed
+from service.common.errors import ErrorCollector, ErrorDetail, ValidationFailed
 from service.common.values import format_timestamp, parse_timestamp
 from service.stream.arrow_rows import (
     RowProblems,
@@ -35,11 +36,13 @@ from service.stream.arrow_stream import is_text, refused, type_name
 from service.stream.batches import (
     LabelBatch,
     PredictionBatch,
+    check_cohort,
     label_columns,
     parse_labels,
     parse_predictions,
     prediction_columns,
 )
+from service.stream.cohorts import MAX_KEYS, MAX_LENGTH, OTHER
 
 _PREDICTION_COLUMNS = ("id", "ts", "logits", "score")
 _LABEL_COLUMNS = ("id", "label", "ts")
@@ -161,6 +164,29 @@ def _cohorts(table: pa.Table, keys: list[str]) -> list[dict[str, Any]]:
     return out
 
 
+def _cohort_columns_pass(table: pa.Table, keys: list[str]) -> bool:
+    """Whether every row's cohort passes ``batches.check_cohort``, judged a key column at a
+    time: at most ``cohorts.MAX_KEYS`` key columns, each named as a key may be, their values
+    1-``cohorts.MAX_LENGTH`` characters without NUL, not ``cohorts.OTHER`` (a validated Arrow
+    string holds no lone surrogate)."""
+    if len(keys) > MAX_KEYS:
+        return False
+    for key in keys:
+        if check_cohort({key: "v"}, "cohort", ErrorCollector(), None) is None:
+            return False
+        values = pc.unique(_strings(table, key).combine_chunks()).drop_null()
+        if not len(values):
+            continue
+        lengths = pc.min_max(pc.utf8_length(values)).as_py()
+        if lengths["min"] < 1 or lengths["max"] > MAX_LENGTH:
+            return False
+        if pc.any(pc.match_substring(values, "\x00")).as_py():
+            return False
+        if pc.any(pc.equal(values, OTHER)).as_py():
+            return False
+    return True
+
+
 def predictions_from_arrow(
     table: pa.Table, *, task: str, n_classes: int, now: datetime
 ) -> PredictionBatch:
@@ -172,8 +198,8 @@ def predictions_from_arrow(
     inputs, name = _inputs(table, task, n_classes)
     stamps, raw_ts = _stamps(table)
     cohorts = _cohorts(table, keys)
-    if inputs is not None and stamps is not None:
-        batch = prediction_columns(ids, stamps, cohorts, inputs, task, now)
+    if inputs is not None and stamps is not None and _cohort_columns_pass(table, keys):
+        batch = prediction_columns(ids, stamps, cohorts, inputs, task, now, cohorts_checked=True)
         if batch is not None:
             return batch
     found = RowProblems("predictions")

@@ -439,10 +439,14 @@ def prediction_columns(
     inputs: np.ndarray,
     task: str,
     now: datetime,
+    *,
+    cohorts_checked: bool = False,
 ) -> PredictionBatch | None:
     """The fast path's checks of a batch given as columns (parsed ``stamps``; ``inputs`` as
     float64, (N, K) or (N,)): the batch if every id, cohort and input passes, else None (the
-    item-by-item path then names each problem). Shared by JSON items and Arrow columns."""
+    item-by-item path then names each problem). Shared by JSON items and Arrow columns;
+    ``cohorts_checked``: the caller holds every cohort to ``check_cohort`` already (Arrow
+    checks the cohort key columns whole)."""
     if not ids or not _clean_ids(ids):
         return None
     if len(stamps) != len(ids) or len(cohorts) != len(ids) or len(inputs) != len(ids):
@@ -452,7 +456,7 @@ def prediction_columns(
     if not set(map(type, itertools.chain.from_iterable(c.values() for c in cohorts))) <= {str}:
         return None
     checked: dict[tuple[tuple[str, str], ...], bool] = {}
-    for cohort in cohorts:
+    for cohort in () if cohorts_checked else cohorts:
         key = tuple(cohort.items())
         if key not in checked:
             checked[key] = check_cohort(cohort, "cohort", ErrorCollector(), 0) is not None

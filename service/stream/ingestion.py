@@ -253,8 +253,16 @@ def _store_predictions(
 
     used = sorted({cohort_of[i] for i in keep})
     capped = admit_cohorts(session, model, [distinct[k] for k in used], settings)
-    slices = {k: slices_of(c) for k, c in zip(used, capped, strict=True)}
-    slices_json = {k: json.dumps(v, separators=(",", ":")) for k, v in slices.items()}
+    # Distinct cohorts share their capped form when values beyond the caps fold into OTHER.
+    by_capped: dict[tuple[tuple[str, str], ...], tuple[list[str], str]] = {}
+    slices: dict[int, list[str]] = {}
+    slices_json: dict[int, str] = {}
+    for k, cohort in zip(used, capped, strict=True):
+        key = tuple(sorted(cohort.items()))
+        if key not in by_capped:
+            listed = slices_of(cohort)
+            by_capped[key] = listed, json.dumps(listed, separators=(",", ":"))
+        slices[k], slices_json[k] = by_capped[key]
     # In key order: concurrent batches with overlapping ids then wait on each other in the
     # same order instead of deadlocking, and the primary-key index is walked in order.
     order = sorted(keep, key=batch.ids.__getitem__)

@@ -140,7 +140,8 @@ def prediction_tables(draw: st.DrawFn, task: str) -> pa.Table:
         columns["logits"] = pa.array(rows, pa.list_(kind, K) if fixed else pa.list_(kind))
     else:
         columns["score"] = pa.array(draw(st.lists(SCORES, min_size=n, max_size=n)), pa.float64())
-    for key in draw(st.sampled_from([[], ["region"], ["region", "tier"]])):
+    keys = draw(st.sampled_from([[], ["region"], ["region", "tier"], ["9bad"], ["__other__"]]))
+    for key in keys:
         columns[key] = pa.array(draw(st.lists(COHORT_VALUES, min_size=n, max_size=n)), pa.string())
     return pa.table(columns)
 
