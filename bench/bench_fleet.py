@@ -13,6 +13,19 @@ Then each round streams a batch to another ``--active`` of the models and times 
 cycle (in this process, as ``calmon refresh`` runs it). Last it times ``--scrapes`` scrapes of
 ``/metrics`` and GETs of the first page of ``/ui`` over HTTP. Targets: a refresh cycle < 30 s,
 ``/metrics`` p95 < 1 s, ``/ui`` first page < 300 ms.
+
+    python bench/bench_fleet.py --live [--models 10000] [--clients 4] [--refresh-seconds 30]
+
+``--live`` instead registers the models over HTTP (``POST /v1/contracts``, copies of one fitted
+contract) from ``--clients`` concurrent clients as fast as they go, while calmon refreshes in
+the service (``CALMON_REFRESH_SECONDS`` = ``--refresh-seconds``): first the ``--active`` share
+of them, to which one more client then streams ``--predictions`` predictions (80% labeled)
+each once per refresh interval, then the others. A sampler reads every model's
+``calmon_readings_age_seconds`` from ``/metrics`` every ``--sample-every`` seconds throughout
+and for ``--settle`` seconds after the last registration. It reports the largest age seen
+(target: at most 2 x ``CALMON_REFRESH_SECONDS`` + 30 s), the refresh cycles' durations (from
+the service's log), how long after its registration each model's age series first appeared,
+and the machine's load average meanwhile.
 """
 
 from __future__ import annotations
@@ -24,8 +37,11 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import uuid
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -42,6 +58,7 @@ from bench_stream import (
     drop_database,
     fresh_database,
     iso,
+    send_all,
     start_service,
     synthetic_fit_body,
 )
@@ -160,6 +177,174 @@ def timed_gets(path: str, count: int) -> tuple[float, float, int]:
     return float(p50), float(p95), size
 
 
+#: Fields of a stored contract that the server sets, left out of a registration body.
+SERVER_FIELDS = frozenset(
+    {"id", "version", "created_at", "created_by", "content_sha256", "retired", "retirement"}
+)
+AGE = b"calmon_readings_age_seconds{"
+
+
+@dataclass
+class AgeSamples:
+    """What the sampler saw of ``calmon_readings_age_seconds``: per scrape the time (epoch s)
+    and the largest age, with its model; per model the time its series first appeared."""
+
+    scrapes: list[tuple[float, float, str]] = field(default_factory=list)
+    first_seen: dict[str, float] = field(default_factory=dict)
+    loads: list[float] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def scrape(self, conn: http.client.HTTPConnection) -> None:
+        status, body = call(conn, "GET", "/metrics")
+        at = time.time()
+        assert status == 200, body[:300]
+        worst, worst_model = 0.0, ""
+        with self.lock:
+            for line in body.split(b"\n"):
+                if not line.startswith(AGE):
+                    continue
+                labels, value = line.rsplit(b" ", 1)
+                model = labels[len(AGE) :].split(b'"')[1].decode()
+                age = float(value)
+                self.first_seen.setdefault(model, at)
+                if age > worst:
+                    worst, worst_model = age, model
+            self.scrapes.append((at, worst, worst_model))
+            self.loads.append(os.getloadavg()[0])
+
+
+def refresh_cycles(log: Path) -> list[dict[str, object]]:
+    """The service's ``refreshed readings`` log lines, in order."""
+    cycles = []
+    for line in log.read_text(errors="replace").splitlines():
+        if '"refreshed readings"' in line:
+            cycles.append(json.loads(line))
+    return cycles
+
+
+def live(args: argparse.Namespace, base: str) -> list[tuple[str, str, str]]:
+    """Register ``args.models`` models over HTTP while the service refreshes and a sampler reads
+    every model's readings age; the report's rows."""
+    name, url = fresh_database(base)
+    log = Path(tempfile.mkdtemp(prefix="calmon-bench-fleet-")) / "calmon.log"
+    service = start_service(
+        url,
+        2,
+        4,
+        settings={
+            "CALMON_REFRESH_IN_SERVICE": "true",
+            "CALMON_REFRESH_SECONDS": str(args.refresh_seconds),
+            "CALMON_LOG_LEVEL": "INFO",
+        },
+        log=log,
+    )
+    rows: list[tuple[str, str, str]] = []
+    names = [f"model-{i:05d}" for i in range(args.models)]
+    active = set(names[:: max(round(1 / args.active), 1)])
+    done = threading.Event()
+    samples = AgeSamples()
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=600)
+        status, reply = call(conn, "POST", "/v1/contracts/fit", synthetic_fit_body(names[0]))
+        assert status == 201, reply[:300]
+        fitted = {k: v for k, v in json.loads(reply).items() if k not in SERVER_FIELDS}
+        fitted.pop("warnings", None)
+        bodies = {
+            model: json.dumps({**fitted, "model": model, "checkpoint": model}).encode()
+            for model in names[1:]
+        }
+
+        def sample() -> None:
+            own = http.client.HTTPConnection("127.0.0.1", PORT, timeout=600)
+            while not done.is_set():
+                samples.scrape(own)
+                done.wait(args.sample_every)
+
+        def feed() -> None:
+            own = http.client.HTTPConnection("127.0.0.1", PORT, timeout=600)
+            seed = 0
+            while not done.is_set():
+                start = time.monotonic()
+                for model in sorted(active):
+                    seed += 1
+                    stream(own, model, args.predictions, seed, args.cohorts)
+                done.wait(max(args.refresh_seconds - (time.monotonic() - start), 0.0))
+
+        helpers = [threading.Thread(target=sample), threading.Thread(target=feed)]
+        helpers[0].start()
+        start = time.time()
+        # The models streamed to first, then the others, all of them as fast as the clients go.
+        _, replies = send_all(
+            [bodies[m] for m in sorted(active - {names[0]})], "/v1/contracts", args.clients, 201
+        )
+        helpers[1].start()
+        _, more = send_all(
+            [b for m, b in bodies.items() if m not in active], "/v1/contracts", args.clients, 201
+        )
+        registering = time.time() - start
+        done.wait(args.settle)
+        done.set()
+        for t in helpers:
+            t.join()
+    finally:
+        done.set()
+        stop(service, base, name, args.keep)
+    registered = {
+        r["model"]: datetime.fromisoformat(r["created_at"].replace("Z", "+00:00")).timestamp()
+        for r in [json.loads(reply), *replies, *more]
+    }
+    durations = [float(str(c["seconds"])) for c in refresh_cycles(log)]
+    target = 2 * args.refresh_seconds + 30
+    ages = [worst for _, worst, _ in samples.scrapes]
+    at, worst, worst_model = max(samples.scrapes, key=lambda s: s[1])
+    rows.append(
+        (
+            f"register over HTTP, {args.clients} clients",
+            f"{args.models:,} models ({len(active)} streamed to)",
+            f"{registering:.0f} s, {(args.models - 1) / registering:.0f}/s",
+        )
+    )
+    rows.append(
+        (
+            "refresh cycles (service log)",
+            f"{len(durations)} cycles",
+            f"max {max(durations):.1f} s, median {float(np.median(durations)):.1f} s; "
+            + ", ".join(f"{d:.0f}" for d in durations)
+            if durations
+            else "none ended",
+        )
+    )
+    rows.append(
+        (
+            "largest calmon_readings_age_seconds",
+            f"{len(ages)} scrapes every {args.sample_every:g} s",
+            f"{worst:.0f} s ({worst_model}, {at - start:.0f} s in; target <= {target:g} s)"
+            if worst_model
+            else "no model had an age series",
+        )
+    )
+    delays = [samples.first_seen[m] - registered[m] for m in registered if m in samples.first_seen]
+    missing = len(registered) - len(delays)
+    p50, p95 = np.percentile(delays, [50, 95]) if delays else (float("nan"),) * 2
+    rows.append(
+        (
+            "age series after registration",
+            f"{len(delays):,} models ({missing} never)",
+            f"p50 {p50:.0f} s, p95 {p95:.0f} s, max {max(delays, default=float('nan')):.0f} s",
+        )
+    )
+    rows.append(
+        (
+            "load average (1 min) while sampling",
+            f"{os.cpu_count()} cores",
+            f"{min(samples.loads):.1f} to {max(samples.loads):.1f}, "
+            f"median {float(np.median(samples.loads)):.1f}",
+        )
+    )
+    print(f"service log: {log}")
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", type=int, default=10_000)
@@ -179,8 +364,22 @@ def main() -> None:
         help="time a first refresh cycle over every model instead of storing the idle models'"
         " first readings as copies of one model's",
     )
+    parser.add_argument(
+        "--live",
+        action="store_true",
+        help="register the models over HTTP while the service refreshes; sample their ages",
+    )
+    parser.add_argument("--clients", type=int, default=4, help="--live: registering clients")
+    parser.add_argument("--refresh-seconds", type=float, default=30.0)
+    parser.add_argument("--sample-every", type=float, default=2.0, help="--live: seconds")
+    parser.add_argument(
+        "--settle", type=float, default=150.0, help="--live: sampling after the last registration"
+    )
     args = parser.parse_args()
     base = os.environ.get("CALMON_BENCH_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/test")
+    if args.live:
+        print_table(live(args, base))
+        return
     name, url = fresh_database(base)
     os.environ["CALMON_REFRESH_IN_SERVICE"] = "false"
     service = start_service(url, 2, 4)
@@ -258,10 +457,20 @@ def main() -> None:
         )
     finally:
         db.dispose()
-        service.terminate()
-        service.wait(timeout=60)
-        if not args.keep:
-            drop_database(base, name)
+        stop(service, base, name, args.keep)
+    print_table(rows)
+    print(f"\nsteady refresh cycles: max {max(cycles):.2f} s (target < 30 s)")
+
+
+def stop(service: subprocess.Popen[bytes], base: str, name: str, keep: bool) -> None:
+    """Stop calmon and drop its database unless ``keep``."""
+    service.terminate()
+    service.wait(timeout=60)
+    if not keep:
+        drop_database(base, name)
+
+
+def print_table(rows: list[tuple[str, str, str]]) -> None:
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
     ).stdout.strip()
@@ -273,7 +482,6 @@ def main() -> None:
     print("|---|---|---|")
     for row in rows:
         print("| " + " | ".join(row) + " |")
-    print(f"\nsteady refresh cycles: max {max(cycles):.2f} s (target < 30 s)")
 
 
 def describe(report: RefreshReport) -> str:

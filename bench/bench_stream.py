@@ -94,7 +94,16 @@ def port_in_use() -> bool:
     return True
 
 
-def start_service(url: str, workers: int, threads: int) -> subprocess.Popen[bytes]:
+def start_service(
+    url: str,
+    workers: int,
+    threads: int,
+    settings: dict[str, str] | None = None,
+    log: Path | None = None,
+) -> subprocess.Popen[bytes]:
+    """``calmon serve`` on ``url`` (migrated first), refresher off and warnings logged only
+    unless ``settings`` (environment variables) say otherwise; its log lines go to ``log``
+    (default: nowhere)."""
     if port_in_use():
         raise RuntimeError(f"port {PORT} is taken (another benchmark?); set CALMON_BENCH_PORT")
     env = {
@@ -103,6 +112,7 @@ def start_service(url: str, workers: int, threads: int) -> subprocess.Popen[byte
         "CALMON_ADMIN_TOKEN": TOKEN,
         "CALMON_LOG_LEVEL": "WARNING",
         "CALMON_REFRESH_IN_SERVICE": "false",
+        **(settings or {}),
     }
     calmon = str(Path(sys.executable).parent / "calmon")
     subprocess.run([calmon, "migrate"], env=env, check=True, capture_output=True)
@@ -119,7 +129,7 @@ def start_service(url: str, workers: int, threads: int) -> subprocess.Popen[byte
         ],
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL if log is None else log.open("ab"),
     )
     for _ in range(100):
         try:
@@ -158,8 +168,11 @@ def call(
         return send()
 
 
-def send_all(bodies: list[bytes], path: str, clients: int) -> tuple[float, list[dict]]:
-    """POST every body with ``clients`` concurrent connections; return (seconds, replies)."""
+def send_all(
+    bodies: list[bytes], path: str, clients: int, expect: int = 200
+) -> tuple[float, list[dict]]:
+    """POST every body with ``clients`` concurrent connections, each answered ``expect``;
+    return (seconds, replies)."""
     work: queue.Queue[bytes] = queue.Queue()
     for b in bodies:
         work.put(b)
@@ -176,7 +189,7 @@ def send_all(bodies: list[bytes], path: str, clients: int) -> tuple[float, list[
                 return
             status, raw = call(conn, "POST", path, body)
             with lock:
-                if status != 200:
+                if status != expect:
                     errors.append(f"{status} {raw[:200]!r}")
                 else:
                     replies.append(json.loads(raw))
@@ -326,13 +339,14 @@ def label_bodies(
     ]
 
 
-def synthetic_fit_body(model: str, n: int = 2000, seed: int = 1) -> bytes:
-    """A ``POST /v1/contracts/fit`` body for a K = 10 model on random logits."""
+def synthetic_fit_body(model: str, n: int = 2000, seed: int = 1, classes: int = K) -> bytes:
+    """A ``POST /v1/contracts/fit`` body for a model of ``classes`` (K = 10) classes on random
+    logits."""
     rng = np.random.default_rng(seed)
     sets = {
         name: {
-            "logits": np.round(rng.normal(size=(n, K)), 6).tolist(),
-            "labels": rng.integers(0, K, n).tolist(),
+            "logits": np.round(rng.normal(size=(n, classes)), 6).tolist(),
+            "labels": rng.integers(0, classes, n).tolist(),
         }
         for name in ("fit", "eval")
     }
@@ -341,7 +355,7 @@ def synthetic_fit_body(model: str, n: int = 2000, seed: int = 1) -> bytes:
             "model": model,
             "checkpoint": model,
             "task": "multiclass",
-            "classes": [f"c{k}" for k in range(K)],
+            "classes": [f"c{k}" for k in range(classes)],
             "population": "synthetic",
             "outcome": "top-label correct",
             "split": {"method": "random"},

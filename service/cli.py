@@ -196,6 +196,41 @@ def _audit_verify(args: argparse.Namespace) -> int:
     return 0 if report["valid"] else 1
 
 
+def _audit_reseal(args: argparse.Namespace) -> int:
+    from service.audit.store import reseal
+    from service.common.clock import utcnow
+    from service.common.errors import Conflict
+
+    settings = load_settings()
+    if not settings.audit_key:
+        raise UsageError("calmon audit reseal needs the audit key: set CALMON_AUDIT_KEY")
+    if not args.i_know:
+        raise UsageError(
+            "calmon audit reseal signs a new keyed head over the audit log as it stands, so "
+            "verification stops reporting events deleted from its end (and the rows they "
+            "recorded); find out why the head does not match first (`calmon audit verify`), "
+            "then run it again with --i-know"
+        )
+    try:
+        with _session(settings) as session:
+            resealed = reseal(session, actor="cli", now=utcnow(), reason=args.reason)
+            session.commit()
+    except Conflict as exc:
+        print(f"calmon: {exc}", file=sys.stderr)
+        return 1
+    if resealed is None:
+        print("the keyed audit head already vouches for the log: nothing written", file=sys.stderr)
+        return 0
+    head = resealed.head
+    print(f"{head.seq} {head.sha256}")
+    print(
+        f"resealed the audit log (it was: {resealed.problem}); the keyed head now vouches for "
+        f"the {head.events} events up to seq {head.seq}, the last the audit_resealed event",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
@@ -517,6 +552,19 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--expected-seq", type=int, help="seq of a head printed earlier")
     verify.add_argument("--expected-sha256", help="sha256 of that head")
     verify.set_defaults(handler=_audit_verify)
+    reseal = audit_commands.add_parser(
+        "reseal",
+        help="with CALMON_AUDIT_KEY: sign a new keyed head over the log as it stands (after "
+        "its head was deleted or its newest events were), recorded as an audit_resealed event;"
+        " prints the new head (seq sha256)",
+    )
+    reseal.add_argument(
+        "--i-know",
+        action="store_true",
+        help="confirm: the log's end is taken as it is, whatever was deleted from it",
+    )
+    reseal.add_argument("--reason", help="why, recorded in the audit_resealed event")
+    reseal.set_defaults(handler=_audit_reseal)
 
     token = commands.add_parser("token", help="manage API tokens")
     token_commands = token.add_subparsers(dest="token_command", required=True)

@@ -7,8 +7,9 @@ Create Date: 2026-12-05 09:00:00.000000
 ``audit_head`` holds one row under ``CALMON_AUDIT_KEY``: the number of audit events, the last
 one's ``seq`` and ``sha256``, the key id and an HMAC-SHA256 over them. Every keyed append
 advances it, so events deleted from the end of a keyed log (or all of them) no longer match it.
-The migration runs without the key and writes no row: ``calmon migrate`` writes it afterwards
-when the key is set. A downgrade drops the table.
+The migration runs without the key and writes no row: ``calmon migrate`` writes it when it
+first puts a log under the key, ``calmon audit reseal --i-know`` over a log keyed before. A
+downgrade drops the table.
 """
 
 from collections.abc import Sequence

@@ -38,6 +38,8 @@ from service.common.values import format_timestamp
 
 GENESIS = "0" * 64
 KEY_ENABLED = "audit_key_enabled"
+#: The event ``calmon audit reseal`` writes before it signs a keyed head over the log.
+RESEALED = "audit_resealed"
 RETIRED = "contract_retired"
 #: Shortest key accepted: 32 characters (e.g. ``openssl rand -hex 32`` gives 64).
 MIN_KEY_LENGTH = 32
@@ -234,6 +236,12 @@ class ChainVerifier:
     def head(self) -> ChainEvent | None:
         """The last event fed."""
         return self._head
+
+    @property
+    def hashes_match(self) -> bool:
+        """Whether every event fed links to its predecessor and matches its hash (the chain
+        can still be invalid: under a key, when no event is keyed)."""
+        return self._failure is None
 
     @property
     def sha256_at_head_seq(self) -> str | None:

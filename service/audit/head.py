@@ -7,11 +7,15 @@ events, the last event's ``seq`` and ``sha256``, and the id of the key that sign
 HMAC-SHA256 over them. Every keyed append advances it in the same transaction as the event, so
 a keyed log is valid only if it ends exactly where its head says. Rewriting the head to match a
 shortened log needs the key; deleting the head is reported too, because with a key configured
-the head must exist.
+the head must exist. A head is written when the log first comes under a key (``calmon
+migrate``); over a keyed log only by an administrator's ``calmon audit reseal --i-know``, which
+records itself as an ``audit_resealed`` event.
 
 What it cannot see: a head and log restored together to an earlier moment (a backup, or a copy
-of an older head row kept by whoever truncates) still match. An anchor kept outside the
-database covers that (``Anchor`` in ``service.audit.chain``).
+of an older head row kept by whoever truncates) still match; a log whose keyed events were all
+deleted together with its head looks like a log never keyed, which ``calmon migrate`` keys
+afresh. An anchor kept outside the database covers both (``Anchor`` in
+``service.audit.chain``).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import hashlib
 import hmac
 from dataclasses import dataclass
 
-from service.audit.chain import AuditKey, AuditKeyring
+from service.audit.chain import AuditKey, AuditKeyring, ChainVerifier
 from service.common.hashing import canonical_json
 
 _PURPOSE = "calmon audit head"
@@ -86,13 +90,25 @@ class LogEnd:
     sha256_at_head_seq: str | None
 
 
+def log_end(verifier: ChainVerifier) -> LogEnd:
+    """Where the log ``verifier`` walked ends (``head_seq`` set to the stored head's seq)."""
+    last = verifier.head
+    return LogEnd(
+        events=verifier.events,
+        last_seq=None if last is None else last.seq,
+        last_sha256=None if last is None else last.sha256,
+        sha256_at_head_seq=verifier.sha256_at_head_seq,
+    )
+
+
 def head_problem(head: KeyedHead | None, keyring: AuditKeyring, end: LogEnd) -> str | None:
     """Why a keyed log does not end at its keyed head, or None when it does."""
     if head is None:
         return (
-            "CALMON_AUDIT_KEY is set but the log has no keyed head: it was deleted (with or "
-            "without events from the end), or the log has not been sealed under the key since "
-            "calmon began keeping one (`calmon migrate` writes it)"
+            "CALMON_AUDIT_KEY is set but the log has no keyed head: a log not keyed yet gets "
+            "one from `calmon migrate`, with its first keyed event; a keyed log lost it (it "
+            "was deleted, with or without the newest events) or was keyed before calmon kept "
+            "one, and only `calmon audit reseal --i-know` writes one over it"
         )
     if keyring.get(head.key_id) is None:
         return (

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from service.audit import record_store
 from service.audit import store as audit
 from service.audit.chain import Anchor, AuditKeyring, ChainVerifier
-from service.audit.head import KeyedHead, LogEnd, head_problem
+from service.audit.head import KeyedHead, head_problem, log_end
 from service.audit.head_store import read_head
 from service.audit.records import Problems, RecordLedger, StoredContract
 from service.common.errors import Conflict
@@ -100,14 +100,7 @@ def verify_audit(
 def _keyed_head_report(
     head: KeyedHead | None, keyring: AuditKeyring, verifier: ChainVerifier
 ) -> dict[str, Any]:
-    last = verifier.head
-    end = LogEnd(
-        events=verifier.events,
-        last_seq=None if last is None else last.seq,
-        last_sha256=None if last is None else last.sha256,
-        sha256_at_head_seq=verifier.sha256_at_head_seq,
-    )
-    reason = head_problem(head, keyring, end)
+    reason = head_problem(head, keyring, log_end(verifier))
     stored: dict[str, Any] = (
         {"events": None, "seq": None, "sha256": None, "key_id": None}
         if head is None

@@ -19,14 +19,16 @@ from service.audit.chain import (
     GENESIS,
     KEY_ENABLED,
     NO_KEYS,
+    RESEALED,
     AuditKey,
     AuditKeyring,
     ChainVerifier,
     event_digest,
 )
-from service.audit.head import KeyedHead
+from service.audit.head import KeyedHead, head_problem, log_end
 from service.audit.head_store import read_head, write_head
 from service.audit.records import CONTRACT_CREATED
+from service.common.errors import Conflict
 from service.db.backend import backend_of
 from service.db.models import AuditEventRecord
 
@@ -83,6 +85,36 @@ def append_event(
     keyring = keyring_of(session)
     signing = keyring.signing
     head = None if signing is None else read_head(session)
+    written = _write(
+        session,
+        prev,
+        signing,
+        type=type,
+        actor=actor,
+        now=now,
+        model=model,
+        contract_id=contract_id,
+        details=details or {},
+    )
+    if signing is not None:
+        _advance_head(session, keyring, signing, head, written)
+
+
+def _write(
+    session: Session,
+    prev: str,
+    signing: AuditKey | None,
+    *,
+    type: str,
+    actor: str,
+    now: datetime,
+    model: str | None = None,
+    contract_id: str | None = None,
+    details: dict[str, Any],
+) -> list[AuditEventRecord]:
+    """Insert one event after ``prev`` under ``signing``, preceded by an
+    ``audit_key_enabled`` event when the chain's newest segment is under another key (or none);
+    returns the rows written, oldest first."""
     segment = _segment_key_id(session)
     written: list[AuditEventRecord] = []
     if signing is not None and segment != signing.key_id:
@@ -104,11 +136,10 @@ def append_event(
             now=now,
             model=model,
             contract_id=contract_id,
-            details=details or {},
+            details=details,
         )
     )
-    if signing is not None:
-        _advance_head(session, keyring, signing, head, written)
+    return written
 
 
 def _advance_head(
@@ -120,13 +151,14 @@ def _advance_head(
 ) -> None:
     """Move the keyed head over the events just ``written``, if it ended where they begin.
 
-    A missing head is not created here: only ``seal`` writes one, so deleting the head (with
-    or without the events it vouched for) cannot be covered up by the next append.
+    A missing head is not created here: only ``seal`` (for a log not keyed yet) and ``reseal``
+    write one, so deleting the head (with or without the events it vouched for) cannot be
+    covered up by the next append.
     """
     if head is None or not head.vouches_for(keyring, written[0].prev_sha256):
         log.warning(
             "the keyed audit head is %s: it is not advanced, and verification reports it "
-            "(`calmon migrate` writes a missing head)",
+            "(`calmon audit reseal --i-know` writes a new one)",
             "missing" if head is None else "not at the end of the log",
         )
         return
@@ -139,11 +171,14 @@ def _advance_head(
 
 def seal(session: Session, *, actor: str, now: datetime) -> list[str]:
     """Put the log under the signing key: start a segment unless the head is already under
-    it, and write the keyed head if there is none. Returns what was done, one sentence each
-    (empty when nothing was); the caller commits.
+    it, and write the keyed head when the log becomes keyed. Returns what was done, or why
+    not, one sentence each (empty when nothing was); the caller commits.
 
-    A missing head is written for the log as it stands, after its chain verifies: that is the
-    moment the keyed head starts to vouch for the log's end.
+    A head is written only for a log with no keyed event before this call (never keyed, or
+    empty), and only after its chain verifies: that is the moment the keyed head starts to
+    vouch for the log's end. A log that has keyed events but no head lost it (with or without
+    its newest events), so no head is written: only ``reseal``, run by an administrator,
+    writes one over it.
     """
     keyring = keyring_of(session)
     signing = keyring.signing
@@ -159,7 +194,14 @@ def seal(session: Session, *, actor: str, now: datetime) -> list[str]:
         if head is not None:
             _advance_head(session, keyring, signing, head, [started])
     if head is None:
-        done.append(_establish_head(session, keyring, signing))
+        done.append(
+            _establish_head(session, keyring, signing)
+            if segment is None
+            else "no keyed audit head is written: the log has keyed events but no keyed head "
+            "(it was deleted, with or without the newest events), and verification reports "
+            "it; after finding out why, an administrator writes a new one with "
+            "`calmon audit reseal --i-know`"
+        )
     return done
 
 
@@ -177,6 +219,68 @@ def _establish_head(session: Session, keyring: AuditKeyring, key: AuditKey) -> s
         session, KeyedHead.sign(key, events=verifier.events, seq=last.seq, sha256=last.sha256)
     )
     return f"the keyed audit head now vouches for the {verifier.events} events up to seq {last.seq}"
+
+
+@dataclass(frozen=True)
+class Resealed:
+    """What ``reseal`` did: the head it replaced (None when there was none), why that head
+    did not vouch for the log, and the head it wrote."""
+
+    previous: KeyedHead | None
+    problem: str
+    head: KeyedHead
+
+
+def reseal(session: Session, *, actor: str, now: datetime, reason: str | None) -> Resealed | None:
+    """Sign a keyed head over the log as it stands, after an ``audit_resealed`` event that
+    records who did it, why, the head it replaces and where the log ended; the caller commits.
+
+    For an administrator who found out why the keyed head no longer vouches for the log (its
+    newest events or the head itself deleted, a log keyed before calmon kept a head): from then
+    on the head vouches for the log as it is, so verification no longer reports what was lost
+    before it, and the event says it was resealed. Returns None, writing nothing, when the head
+    already vouches for the log; raises ``Conflict`` without the signing key, and when the chain
+    does not link or match its hashes (a head would vouch for the tampering).
+    """
+    keyring = keyring_of(session)
+    signing = keyring.signing
+    if signing is None:
+        raise Conflict("resealing the audit log needs its key: set CALMON_AUDIT_KEY")
+    prev = _lock_and_head(session)
+    head = read_head(session)
+    verifier = ChainVerifier(keyring, head_seq=None if head is None else head.seq)
+    for event in iter_chain(session):
+        verifier.feed(event)
+    if not verifier.hashes_match:
+        chain = verifier.chain_report()
+        raise Conflict(
+            f"the audit chain does not verify (seq {chain['first_invalid_seq']}: "
+            f"{chain['reason']}): a keyed head would vouch for it, so none is written"
+        )
+    end = log_end(verifier)
+    problem = head_problem(head, keyring, end)
+    if problem is None:
+        return None
+    written = _write(
+        session,
+        prev,
+        signing,
+        type=RESEALED,
+        actor=actor,
+        now=now,
+        details={
+            "reason": reason,
+            "problem": problem,
+            "previous_head": None if head is None else head.to_dict(),
+            "log_end": {"events": end.events, "seq": end.last_seq, "sha256": end.last_sha256},
+        },
+    )
+    last = written[-1]
+    resealed = KeyedHead.sign(
+        signing, events=end.events + len(written), seq=last.seq, sha256=last.sha256
+    )
+    write_head(session, resealed)
+    return Resealed(head, problem, resealed)
 
 
 def hold_appends(session: Session) -> None:

@@ -6,34 +6,28 @@ service's main endpoints synchronously.
     calmon = Calmon("http://calmon:8000", token, model="tickets")
     calmon.log_predictions(ids, logits)          # returns at once; sent in the background
     calmon.log_labels(ids, labels)
-    calmon.close()                               # also at interpreter exit
+    calmon.close()                               # else at interpreter exit
 
 Logging never raises for the service's state: rows wait in a bounded queue while it is down and
 are retried (see ``sender``); ``stats`` counts what was sent, retried, dropped and rejected.
+Every logged row is sent or counted: a script that ends without ``close`` flushes at exit for at
+most ``close_timeout`` seconds and reports on stderr the rows that were not stored.
 """
 
 from __future__ import annotations
 
-import atexit
 import socket
 import threading
 import time
 import uuid
-import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from service.client.columns import pending
+from service.client.columns import pending, prepare
 from service.client.results import Contract, GateDecision, History, Reading, RequestFailed
 from service.client.sender import RETRIED_STATUSES, Sender, SenderStats
 from service.client.transport import Transport, Unreachable
-
-
-def _close_at_exit(ref: weakref.ReferenceType[Calmon]) -> None:
-    client = ref()
-    if client is not None:
-        client.close()
 
 
 class Calmon:
@@ -43,13 +37,15 @@ class Calmon:
     oldest has waited ``max_delay`` seconds; at most ``max_queue`` rows wait, and a call that
     finds the queue full blocks until there is room (``when_full="block"``) or has its rows
     dropped and counted (``"drop"``). ``timeout``: seconds per HTTP request.
+    ``close_timeout``: seconds ``close`` (and the flush at interpreter exit) waits for the rows
+    still queued before it counts them as dropped.
 
     The writes ``fit``, ``register``, ``retire`` and ``gate`` send a fresh ``Idempotency-Key``
     and, after a 429, 502, 503 or 504 reply or a connection lost with the request under way
     (its outcome unknown; a refused connection is not retried), send the same request with the
-    same key again, with the same backoff as the sender, for
-    at most ``retry_seconds``: the service makes the write once and answers the retry with its
-    result. ``write_retries`` counts those second sendings.
+    same key again, with the same backoff as the sender, for at most ``retry_seconds``: the
+    service makes the write once and answers the retry with its result. ``write_retries``
+    counts those second sendings.
     """
 
     def __init__(
@@ -65,6 +61,7 @@ class Calmon:
         timeout: float = 60.0,
         backoff: float = 0.2,
         max_backoff: float = 10.0,
+        close_timeout: float = 30.0,
         retry_seconds: float = 120.0,
     ) -> None:
         self.url, self.model = url.rstrip("/"), model
@@ -79,6 +76,7 @@ class Calmon:
             "when_full": when_full,
             "backoff": backoff,
             "max_backoff": max_backoff,
+            "close_timeout": close_timeout,
         }
         if when_full not in ("block", "drop"):
             raise ValueError("when_full is 'block' or 'drop'")
@@ -87,7 +85,8 @@ class Calmon:
         self.write_retries = 0
         self._lock = threading.Lock()
         self._call_transports: list[Transport] = []
-        atexit.register(_close_at_exit, weakref.ref(self))
+        if model is not None:
+            prepare()  # at startup rather than on the first logging call
 
     # -- logging ---------------------------------------------------------------------------
 
@@ -146,9 +145,9 @@ class Calmon:
         """Wait until every row logged so far was sent (or rejected); False on timeout."""
         return True if self._sender is None else self._sender.flush(timeout)
 
-    def close(self, timeout: float = 30.0) -> bool:
-        """Flush for at most ``timeout`` seconds and stop the sender; True if all was sent.
-        Also closes the connections of the synchronous calls."""
+    def close(self, timeout: float | None = None) -> bool:
+        """Flush for at most ``timeout`` seconds (default ``close_timeout``) and stop the
+        sender; True if all was sent. Also closes the connections of the synchronous calls."""
         with self._lock:
             sender = self._sender
             transports = list(self._call_transports)

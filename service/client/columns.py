@@ -9,6 +9,7 @@ UTC); a naive ``datetime`` is read as UTC too. ``None`` is the time of the call.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -180,3 +181,24 @@ def stream_bytes(batches: Sequence[pa.RecordBatch]) -> bytes:
         for batch in batches:
             writer.write_batch(batch)
     return bytes(sink.getvalue())
+
+
+@functools.cache
+def prepare() -> None:
+    """Convert a sample of every column layout once, on the calling thread (once per process).
+
+    pyarrow imports pandas (when it is installed) and ``pyarrow.compute`` on its first
+    conversion. At interpreter exit, after the main thread has ended, that import fails: pandas
+    imports ``concurrent.futures``, which refuses to register its exit hook once the interpreter
+    is shutting down. A client prepares when it starts, so that the conversions of the rows it
+    flushes at exit import nothing."""
+    now = datetime.now(UTC)
+    samples = [
+        pending("predictions", ["a"], np.zeros((1, 2)), [now], {"k": ["v"]}),
+        pending("predictions", np.array(["b"]), np.zeros((1, 2)), now, {"k": "v"}),
+        pending("predictions", ["c"], [0.5], np.datetime64(0, "us"), None),
+        pending("labels", ["a"], ["x"], None, None),
+        pending("labels", ["a"], [1], None, None),
+    ]
+    for p in merged(samples):
+        stream_bytes([record_batch(p)])

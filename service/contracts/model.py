@@ -26,6 +26,7 @@ from service.calibration import (
     Reading,
     calibrator_from_dict,
     decision_threshold,
+    validate_edges,
 )
 from service.calibration.nll_comparison import NllDifference
 from service.common.errors import ErrorDetail, UnreadableContract
@@ -295,8 +296,9 @@ def content_sha256(document: Mapping[str, Any]) -> str:
 
 
 def spec_from_stored(fields: Mapping[str, Any]) -> ContractSpec:
-    """A spec from the JSON of a stored contract; ``CalibrationInputError`` (or ``KeyError``,
-    ``TypeError``, ``ValueError``) names what cannot be read."""
+    """A spec from the JSON of a stored contract, its bin edges checked as registration checks
+    them; ``CalibrationInputError`` (or ``KeyError``, ``TypeError``, ``ValueError``) names what
+    cannot be read."""
     window, split = fields["data_window"], fields["split"]
     return ContractSpec(
         model=fields["model"],
@@ -309,7 +311,7 @@ def spec_from_stored(fields: Mapping[str, Any]) -> ContractSpec:
         outcome=fields["outcome"],
         data_window=DataWindow(window["start"], window["end"]),
         split=Split(split["method"], split.get("fit_fingerprint"), split.get("eval_fingerprint")),
-        bin_edges=tuple(float(e) for e in fields["bin_edges"]),
+        bin_edges=tuple(float(e) for e in validate_edges(fields["bin_edges"], "bin_edges")),
         baseline=Baseline(dict(fields["baseline"])),
         policy=DriftPolicy.from_dict(fields["policy"]),
     )

@@ -7,11 +7,15 @@ hold rows; intervals are ``[lower, upper]``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from functools import cache
 from typing import Annotated, Any, Literal
 
-from pydantic import MISSING, Field
+from pydantic import MISSING, Field, create_model
 
 from service.audit.replies import Problem
+from service.common.declared import collect
+from service.common.errors import ErrorCollector, ErrorDetail
 from service.common.replies import (
     Count,
     Fraction,
@@ -98,12 +102,47 @@ class RetirementRecord(Reply):
     retired_by: str
 
 
+class DataWindowReply(Reply):
+    """When the calibration data was collected: RFC 3339 timestamps."""
+
+    start: str
+    end: str
+
+
+class SplitReply(Reply):
+    """How the fit and eval sets were drawn, and each set's fingerprint (null, or absent from
+    a stored contract, when unknown)."""
+
+    method: str
+    fit_fingerprint: str | None = None
+    eval_fingerprint: str | None = None
+
+
+class BaselineSplitReply(Reply):
+    """One split's readings as stored: uncalibrated and calibrated, and the summary of their
+    per-row NLL differences when recorded."""
+
+    uncalibrated: dict[str, Any]
+    calibrated: dict[str, Any]
+    nll_difference: dict[str, Any] | MISSING = MISSING
+
+
+class BaselineReply(Reply):
+    """The baseline as stored: each split's readings, and a ``method: auto`` fit's selection."""
+
+    fit: BaselineSplitReply
+    eval: BaselineSplitReply
+    selection: Any | MISSING = MISSING
+
+
 class Contract(Reply):
     """A stored contract: the registered fields, the server-assigned ones, and its hash.
 
     The calibrator, data window, split, baseline and policy are sent as stored (the hash
-    covers them): they are checked as objects and published with their registration's
-    schema, so a contract stored under earlier rules still reads back."""
+    covers them): they are checked for the shape the service reads (objects with their keys;
+    the readings, calibrator and policy read by their own readers) and published with their
+    registration's schema, so a contract stored under earlier rules still reads back.
+    A stored row is read through this declaration too (``stored_field_problems``)."""
 
     id: str
     version: int
@@ -115,10 +154,10 @@ class Contract(Reply):
     objective: str
     population: str
     outcome: str
-    data_window: Annotated[dict[str, Any], documented(_REGISTERED["data_window"])]
-    split: Annotated[dict[str, Any], documented(_REGISTERED["split"])]
+    data_window: Annotated[DataWindowReply, documented(_REGISTERED["data_window"])]
+    split: Annotated[SplitReply, documented(_REGISTERED["split"])]
     bin_edges: Annotated[list[Fraction], Field(min_length=2)]
-    baseline: Annotated[dict[str, Any], documented(_REGISTERED["baseline"])]
+    baseline: Annotated[BaselineReply, documented(_REGISTERED["baseline"])]
     policy: DriftPolicyReply
     created_at: Timestamp
     created_by: str
@@ -130,6 +169,27 @@ class Contract(Reply):
         description="in the replies of register and fit: what the reviewer should know of the"
         " stored calibrator (a parameter on the bound of the fit's search range)",
     )
+
+
+@cache
+def _stored_fields(names: frozenset[str]) -> type[Reply]:
+    """The ``Contract`` reply's declarations of ``names`` alone, as a model."""
+    fields: dict[str, Any] = {
+        name: (info.annotation, info)
+        for name, info in Contract.model_fields.items()
+        if name in names
+    }
+    return create_model("StoredContractFields", __base__=Reply, **fields)
+
+
+def stored_field_problems(fields: Mapping[str, Any]) -> list[ErrorDetail]:
+    """What of a stored contract's ``fields`` (by the reply's field names, as read from the
+    row) the ``Contract`` reply does not accept, each at its path (``classes[0]``); empty when
+    every one conforms. A row is read through the declaration of its reply, so a field of
+    another shape is an unreadable contract, never read as something else."""
+    errors = ErrorCollector()
+    collect(_stored_fields(frozenset(fields)), dict(fields), errors, {})
+    return errors.details
 
 
 class UnreadableContract(Reply):

@@ -22,6 +22,7 @@ from service.contracts.model import (
     hashed_document,
     spec_from_stored,
 )
+from service.contracts.replies import stored_field_problems
 from service.db.backend import backend_of
 from service.db.models import ContractRecord, ContractRetirement, ModelRecord, table_of
 from service.db.paging import rows_by_seq
@@ -87,12 +88,37 @@ def insert_contract(session: Session, contract: Contract) -> None:
 _READ_BACK_ERRORS = (AttributeError, CalibrationInputError, KeyError, TypeError, ValueError)
 
 
+class _Unreadable(Exception):
+    """The fields of a stored row that cannot be read back, each with why."""
+
+    def __init__(self, details: list[ErrorDetail]) -> None:
+        super().__init__("; ".join(f"{d.field}: {d.message}" for d in details))
+        self.details = details
+
+
+def _conforming(fields: Mapping[str, Any]) -> None:
+    """Raise ``_Unreadable`` naming every field of ``fields`` that is not parsable JSON, or
+    not of the shape the ``Contract`` reply declares."""
+    unparsable = [
+        ErrorDetail(name, "the stored JSON cannot be parsed")
+        for name, value in fields.items()
+        if isinstance(value, UnparsableJson)
+    ]
+    problems = unparsable or stored_field_problems(fields)
+    if problems:
+        raise _Unreadable(problems)
+
+
 def _spec_of(fields: Mapping[str, Any]) -> ContractSpec:
-    """``spec_from_stored``, first naming a column whose stored JSON cannot be parsed."""
-    for name, value in fields.items():
-        if isinstance(value, UnparsableJson):
-            raise CalibrationInputError(name, "the stored JSON cannot be parsed")
-    return spec_from_stored(fields)
+    """The spec of a row's columns (the spec's, and any other the reply carries as stored),
+    each first read through the ``Contract`` reply's declaration, then by ``spec_from_stored``;
+    raise ``_Unreadable`` naming what cannot be read back."""
+    _conforming(fields)
+    try:
+        return spec_from_stored(fields)
+    except _READ_BACK_ERRORS as exc:
+        field = getattr(exc, "field", None) or "contract"
+        raise _Unreadable([ErrorDetail(field, str(exc))]) from exc
 
 
 @dataclass(frozen=True)
@@ -113,14 +139,20 @@ class UnreadableRow:
         }
 
 
+#: The columns a reply carries as stored besides the spec's (the hash is not recomputed here).
+_SERVER_COLUMNS = ("id", "version", "created_by", "content_sha256")
+
+
 def _to_contract(row: ContractRecord, retirement: ContractRetirement | None) -> Contract:
+    """The stored contract, every column read through the ``Contract`` reply's declaration;
+    ``UnreadableContract`` names the fields that cannot be read back."""
     try:
-        spec = _spec_of({name: getattr(row, name) for name in _SPEC_COLUMNS})
-    except _READ_BACK_ERRORS as exc:
+        spec = _spec_of({name: getattr(row, name) for name in (*_SERVER_COLUMNS, *_SPEC_COLUMNS)})
+    except _Unreadable as exc:
         raise UnreadableContract(
             f"contract {row.id} (version {row.version}) stores a field that cannot be read "
             "back; register a new version",
-            [ErrorDetail(getattr(exc, "field", None) or "contract", str(exc))],
+            exc.details,
         ) from exc
     return Contract(
         id=row.id,
@@ -166,6 +198,27 @@ def active_contract_at(session: Session, model: str, at: datetime) -> Contract |
     return None if row is None else _to_contract(row[0], row[1])
 
 
+def current_contracts(session: Session, models: Sequence[str], at: datetime) -> dict[str, Contract]:
+    """Each of ``models``' current contract at ``at`` (its newest version created by then and not
+    retired then, else its newest version; ``service.contracts.service.current_contract``), in
+    one statement per 500 models; a model without contracts is left out."""
+    names = sorted(set(models))
+    chosen: dict[str, tuple[ContractRecord, ContractRetirement | None]] = {}
+    newest: dict[str, tuple[ContractRecord, ContractRetirement | None]] = {}
+    for i in range(0, len(names), 500):
+        query = (
+            _with_retirement()
+            .where(ContractRecord.model.in_(names[i : i + 500]))
+            .order_by(ContractRecord.model, ContractRecord.version.desc())
+        )
+        for record, retirement in session.execute(query):
+            newest.setdefault(record.model, (record, retirement))
+            retired = retirement is not None and retirement.retired_at <= at
+            if record.created_at <= at and not retired:
+                chosen.setdefault(record.model, (record, retirement))
+    return {model: _to_contract(*chosen.get(model, row)) for model, row in newest.items()}
+
+
 def list_contracts(
     session: Session,
     *,
@@ -202,7 +255,7 @@ def list_contracts(
         try:
             listed.append((record.seq, _to_contract(record, retirement)))
         except UnreadableContract as exc:
-            problem = "; ".join(f"{d.field}: {d.message}" for d in exc.details)
+            problem = str(_Unreadable(exc.details))
             listed.append(
                 (record.seq, UnreadableRow(record.id, record.model, record.version, problem))
             )
@@ -227,7 +280,9 @@ def model_classes(session: Session, model: str) -> list[VersionClasses]:
         .order_by(ContractRecord.version.desc())
     )
     return [
-        VersionClasses(id, version, tuple(map(str, classes)) if isinstance(classes, list) else ())
+        VersionClasses(
+            id, version, () if stored_field_problems({"classes": classes}) else tuple(classes)
+        )
         for id, version, classes in session.execute(query)
     ]
 
@@ -274,8 +329,8 @@ def _stored(row: RowMapping) -> StoredContract:
         recomputed = content_sha256(
             hashed_document(row["id"], row["version"], spec, row["created_at"], row["created_by"])
         )
-    except _READ_BACK_ERRORS as exc:
-        unreadable = f"{getattr(exc, 'field', None) or 'contract'}: {exc}"
+    except _Unreadable as exc:
+        unreadable = str(exc)
     return StoredContract(
         seq=row["seq"],
         id=row["id"],
@@ -299,13 +354,14 @@ def stored_contracts(session: Session, page: int = 100) -> Iterator[StoredContra
 def unreadable_among(session: Session, contract_ids: Sequence[str]) -> dict[str, str]:
     """``{id: why}`` of the contracts among ``contract_ids`` whose fields cannot be read back."""
     table = table_of(ContractRecord)
-    columns = [table.c.id, *(table.c[name] for name in _SPEC_COLUMNS)]
+    names = (*_SERVER_COLUMNS, *_SPEC_COLUMNS)
+    columns = [table.c[name] for name in names]
     found: dict[str, str] = {}
     for row in session.execute(select(*columns).where(table.c.id.in_(list(contract_ids)))):
         try:
-            _spec_of({name: row._mapping[name] for name in _SPEC_COLUMNS})
-        except _READ_BACK_ERRORS as exc:
-            found[row.id] = f"{getattr(exc, 'field', None) or 'contract'}: {exc}"
+            _spec_of({name: row._mapping[name] for name in names})
+        except _Unreadable as exc:
+            found[row.id] = str(exc)
     return found
 
 

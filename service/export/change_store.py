@@ -14,12 +14,11 @@ per-model refresh states.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import Any
 
-from sqlalchemy import and_, delete, func, select
+from sqlalchemy import and_, delete, func, insert, select
 from sqlalchemy.orm import Session
 
 from service.db.models import (
@@ -156,34 +155,33 @@ def fragments(session: Session, models: Iterable[str]) -> dict[str, tuple[dateti
     return out
 
 
-def save_state(
-    session: Session,
-    model: str,
-    *,
-    inputs_key: str,
-    exported: Iterable[str],
-    unexported: int,
-    status: str | None,
-    severity: int,
-    fragment: list[str],
-    rendered_at: datetime,
-) -> None:
-    """Store (replace) a model's refresh state (the caller commits)."""
-    values: dict[str, Any] = {
-        "inputs_key": inputs_key,
-        "exported": list(exported),
-        "unexported": unexported,
-        "status": status,
-        "severity": severity,
-        "fragment": fragment,
-        "rendered_at": rendered_at,
-    }
-    row = session.get(RefreshState, model)
-    if row is None:
-        session.add(RefreshState(model=model, **values))
-    else:
-        for name, value in values.items():
-            setattr(row, name, value)
+@dataclass(frozen=True)
+class NewState:
+    """A model's refresh state as a refresh leaves it: ``StateRow``'s fields, the worst status's
+    rank (higher is worse, -1 without readings) and the rendered fragment."""
+
+    model: str
+    inputs_key: str
+    exported: tuple[str, ...]
+    unexported: int
+    status: str | None
+    severity: int
+    fragment: list[str]
+    rendered_at: datetime
+
+
+def save_states(session: Session, states: Sequence[NewState]) -> None:
+    """Store (replace) the refresh states of their models (the caller commits): one delete and
+    one insert per 500 models."""
+    for i in range(0, len(states), 500):
+        chunk = states[i : i + 500]
+        session.execute(
+            delete(RefreshState).where(RefreshState.model.in_([s.model for s in chunk]))
+        )
+        session.execute(
+            insert(RefreshState),
+            [{**asdict(s), "exported": list(s.exported)} for s in chunk],
+        )
     session.flush()
 
 

@@ -159,7 +159,8 @@ def live_text(
             _header(
                 "calmon_readings_age_seconds",
                 "Seconds since the model's served readings were last found current (since its"
-                " first contract while it has none); grows while its refresh fails.",
+                " first contract while it has none); grows while its refresh fails or waits for"
+                " the next cycle.",
             )
         )
         if times is not None:

@@ -4,7 +4,8 @@ A reading is a pure function of the buckets inside its window, the model's contr
 window's bounds. So a model has work when it was never refreshed, when its inputs key (contract
 set, windows, series budget) changed, when some of its slices were written (change markers) or
 when some of its readings are due (their trailing window's edge passed a bucket holding data:
-``stale_at``).
+``stale_at``). A cycle takes those models longest behind first (``priority``), so that one
+whose time budget runs out leaves the most recently current models for the next.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from datetime import datetime
 
 from service.config import Settings
 from service.export.change_store import FleetModel, Markers, StateRow
+from service.export.reading_store import ExpositionTimes
 from service.stream.bucket_store import EVERY_SLICE
 from service.stream.windows import FINE, Window, parse_duration
 
@@ -32,14 +34,15 @@ def inputs_key(fleet_model: FleetModel, settings: Settings) -> str:
 @dataclass(frozen=True)
 class ModelWork:
     """What a cycle must do for one model: its inputs key now, its refresh state (None: never
-    refreshed), the change markers read (slice -> token) and its due (cohort, window)
-    readings."""
+    refreshed), the change markers read (slice -> token), its due (cohort, window) readings,
+    and since when (epoch seconds) its served readings are current."""
 
     model: str
     inputs_key: str
     state: StateRow | None
     markers: Mapping[str, int] = field(default_factory=dict)
     due: frozenset[tuple[str, str]] = frozenset()
+    since: float = 0.0
 
     @property
     def full(self) -> bool:
@@ -57,8 +60,10 @@ def plan_work(
     markers: Markers,
     due: Mapping[str, set[tuple[str, str]]],
     settings: Settings,
+    previous: ExpositionTimes | None = None,
 ) -> list[ModelWork]:
-    """The models of ``fleet`` with something to recompute, by name."""
+    """The models of ``fleet`` with something to recompute, in the order a cycle takes them
+    (``priority``); ``previous`` holds the stored exposition's times."""
     out = []
     for model, fleet_model in fleet.items():
         work = ModelWork(
@@ -67,10 +72,28 @@ def plan_work(
             states.get(model),
             markers.get(model, {}),
             frozenset(due.get(model, ())),
+            current_since(model, fleet_model, previous),
         )
         if work.full or work.markers or work.due:
             out.append(work)
-    return out
+    return sorted(out, key=priority)
+
+
+def current_since(model: str, fleet_model: FleetModel, previous: ExpositionTimes | None) -> float:
+    """Since when (epoch seconds) the served readings of ``model`` are current: as the stored
+    exposition says, or since its first contract for a model it does not cover yet."""
+    if previous is not None and model in previous.covered:
+        return previous.current_since(model)
+    return fleet_model.registered_at.timestamp()
+
+
+def priority(work: ModelWork) -> tuple[float, bool, str]:
+    """The order of a cycle's models: the longest behind first, so that a model a cycle left
+    for the next (its budget spent) goes before any that fell behind after it; among models
+    equally behind (every model the last cycle found current), those with new data (change
+    markers) before those that only have due readings, a new contract or no data; then by
+    name."""
+    return (work.since, not work.markers, work.model)
 
 
 def stale_at(window: Window, first: datetime | None, after_end: datetime | None) -> datetime | None:

@@ -3,6 +3,7 @@ and the stored exposition assembled from them."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -45,7 +46,15 @@ def _record(r: ReadingRow) -> StoredReading:
 
 def replace_model_readings(session: Session, model: str, rows: Sequence[ReadingRow]) -> None:
     """Swap every stored reading of ``model`` for ``rows`` (in the caller's transaction)."""
-    session.execute(delete(StoredReading).where(StoredReading.model == model))
+    replace_readings(session, [model], rows)
+
+
+def replace_readings(session: Session, models: Sequence[str], rows: Sequence[ReadingRow]) -> None:
+    """Swap every stored reading of ``models`` for ``rows`` (their readings, in the caller's
+    transaction): one delete and one insert per 500 models."""
+    names = sorted(set(models))
+    for i in range(0, len(names), 500):
+        session.execute(delete(StoredReading).where(StoredReading.model.in_(names[i : i + 500])))
     session.add_all(_record(r) for r in rows)
     session.flush()
 
@@ -128,6 +137,11 @@ class ExpositionTimes:
     def current_since(self, model: str) -> float:
         """Since when (epoch seconds) the served readings of ``model`` are current."""
         return self.behind.get(model, self.computed_at.timestamp())
+
+    @functools.cached_property
+    def covered(self) -> frozenset[str]:
+        """The models it covers, as a set."""
+        return frozenset(self.models)
 
 
 def store_exposition(

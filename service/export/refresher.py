@@ -23,6 +23,17 @@ of the models' fragments, stored in one row with the models' times; when no frag
 only its time moves. Prometheus scrapes read only that row, so every worker and replica answers
 the same numbers and a scrape never sees a half-refreshed fleet.
 
+A cycle has a time budget (the ``Refresher``'s: ``BUDGET_SHARE`` of the refresh interval). It
+takes the models with work longest behind first (``plan.priority``; among models equally
+behind, those with new data first) and begins none once the budget is spent: it then stores the
+exposition, the models it did not reach keep their markers and count as behind, and the next
+cycle, which the ``Refresher`` starts at once, takes them first. However many models change or
+are registered at once, the exposition, and with it every model's age, is thus renewed at least
+once per interval plus a cycle, and a model left over waits one cycle more. Models without any
+bucket (just registered) are refreshed together, up to ``NO_DATA_RUN`` consecutive ones in one
+read and one write transaction (``refresh_without_data``): their readings are those of no data
+against their current contracts (``service.stream.readings.reading_without_data``).
+
 Each cycle first joins labels left waiting though their prediction is stored and folds the
 labels queued since the last cycle into their buckets (``service.stream.fold``), so the readings
 it computes count every label acknowledged before the cycle began. Between cycles the holder of
@@ -44,7 +55,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -55,20 +66,24 @@ from sqlalchemy.orm import Session
 from service.audit import store as audit
 from service.common.clock import utcnow
 from service.config import Settings
+from service.contracts import store as contracts_store
+from service.contracts.model import Contract
 from service.db.database import Database, refresh_planner_statistics
 from service.export import change_store
 from service.export.budget import SliceExport, choose_exported
-from service.export.change_store import FleetModel
+from service.export.change_store import FleetModel, NewState
 from service.export.collector import assemble, model_fragment
 from service.export.fleet import SEVERITY
 from service.export.instruments import REFRESH_FAILURES
 from service.export.lease_store import try_acquire
-from service.export.plan import ModelWork, plan_work, stale_at
+from service.export.plan import ModelWork, current_since, plan_work, stale_at
 from service.export.reading_store import (
     ExpositionTimes,
     ReadingRow,
+    all_readings,
     exposition_times,
     model_readings,
+    replace_readings,
     store_exposition,
     write_readings,
 )
@@ -77,7 +92,7 @@ from service.stream.bucket_store import EVERY_SLICE
 from service.stream.fold import fold_model
 from service.stream.ingestion import sweep_waiting_labels
 from service.stream.prediction_store import models_with_waiting_labels
-from service.stream.readings import WindowReading, calibration_reading
+from service.stream.readings import WindowReading, calibration_readings, reading_without_data
 from service.stream.retention import expire_pending
 from service.stream.windows import Window
 
@@ -93,16 +108,25 @@ MAINTAIN_EVERY = timedelta(minutes=5)
 FOLDS_PER_REFRESH = 3
 
 
+#: The share of ``CALMON_REFRESH_SECONDS`` a refresher's cycle spends refreshing models before it
+#: stores the exposition and leaves the models it has not reached to the next cycle.
+BUDGET_SHARE = 1 / 3
+#: Models without data a cycle refreshes together (``refresh_without_data``), at most.
+NO_DATA_RUN = 100
+
+
 @dataclass(frozen=True)
 class RefreshReport:
-    """One refresh: models in the fleet, models with work, readings recomputed, wall time (s),
-    models that failed."""
+    """One refresh: models in the fleet, readings recomputed, wall time (s), models that
+    failed, models with work, and how many of those it left for the next cycle (its time budget
+    spent)."""
 
     models: int
     readings: int
     seconds: float
     failed: tuple[str, ...] = ()
     changed: int = 0
+    carried: int = 0
 
 
 class LeaseLost(RuntimeError):
@@ -150,20 +174,77 @@ def _severity(status: str | None) -> int:
     return SEVERITY.get(status or "", -1)
 
 
+@dataclass(frozen=True)
+class _Computed:
+    """One model's refresh as computed, before it is stored: its readings before, those
+    recomputed, those to delete, and the refresh state it leaves (None: its exposition does
+    not change)."""
+
+    work: ModelWork
+    previous: dict[tuple[str, str], ReadingRow]
+    computed: list[ReadingRow]
+    obsolete: set[tuple[str, str]]
+    state: NewState | None
+
+    @property
+    def result(self) -> ModelRefresh:
+        return ModelRefresh(len(self.computed), None if self.state is None else self.state.fragment)
+
+
+def _computed(
+    work: ModelWork,
+    previous: dict[tuple[str, str], ReadingRow],
+    export: SliceExport,
+    computed: list[ReadingRow],
+    obsolete: set[tuple[str, str]],
+    now: datetime,
+) -> _Computed:
+    """A model's refresh from its readings before, those recomputed at ``now``, those to delete
+    and its slices exported: its fragment re-rendered if anything it shows changed."""
+    state = work.state
+    current = {k: r for k, r in previous.items() if k not in obsolete}
+    current.update({(r.cohort, r.window): r for r in computed})
+    statuses = [str(r.values.get("status")) for r in current.values()]
+    status = max(statuses, key=lambda s: SEVERITY.get(s, 0)) if statuses else None
+    rerender = (
+        bool(computed or obsolete)
+        or state is None
+        or state.inputs_key != work.inputs_key
+        or (state.exported, state.unexported) != (export.exported, export.unexported)
+    )
+    new_state = None
+    if rerender:
+        rows = [current[k] for k in sorted(current)]
+        new_state = NewState(
+            work.model,
+            work.inputs_key,
+            export.exported,
+            export.unexported,
+            status,
+            _severity(status),
+            model_fragment(work.model, rows, export.unexported),
+            now,
+        )
+    return _Computed(work, previous, computed, obsolete, new_state)
+
+
 def refresh_model(db: Database, work: ModelWork, settings: Settings, now: datetime) -> ModelRefresh:
     """Recompute what ``work`` says of one model (read-only), then store its readings, the
     audit events of its status changes, its refresh state and clear the markers read, in one
-    short transaction."""
+    short transaction. A model without any slice seen (no bucket: no prediction yet) has its
+    readings measured against its current contract without reading buckets."""
     model, state = work.model, work.state
     with db.read_session() as session:
         previous = model_readings(session, model)
         dirty = set(work.markers) - {EVERY_SLICE}
+        seen = True
         if work.full or dirty:
-            counts = (
-                (name, labeled) for name, _, labeled in bucket_store.slice_counts(session, model)
-            )
+            counts = bucket_store.slice_counts(session, model)
+            seen = bool(counts)
             export = choose_exported(
-                counts, state.exported if state else (), settings.max_slices_per_model
+                ((name, labeled) for name, _, labeled in counts),
+                state.exported if state else (),
+                settings.max_slices_per_model,
             )
         else:
             assert state is not None
@@ -180,39 +261,60 @@ def refresh_model(db: Database, work: ModelWork, settings: Settings, now: dateti
             or (s, w) not in previous
         ]
         obsolete = set(previous) - set(wanted)
-        computed = _readings(session, model, todo, now)
-    current = {k: r for k, r in previous.items() if k not in obsolete}
-    current.update({(r.cohort, r.window): r for r in computed})
-    statuses = [str(r.values.get("status")) for r in current.values()]
-    status = max(statuses, key=lambda s: SEVERITY.get(s, 0)) if statuses else None
-    rerender = (
-        bool(computed or obsolete)
-        or state is None
-        or state.inputs_key != work.inputs_key
-        or (state.exported, state.unexported) != (export.exported, export.unexported)
-    )
-    fragment = None
-    if rerender:
-        fragment = model_fragment(model, [current[k] for k in sorted(current)], export.unexported)
+        if seen:
+            computed = _readings(session, model, todo, now)
+        else:
+            contract = contracts_store.current_contracts(session, [model], now)[model]
+            computed = _readings_without_data(contract, model, todo, now)
+    done = _computed(work, previous, export, computed, obsolete, now)
     with db.session() as session:
         if computed or obsolete:
             write_readings(session, model, computed, obsolete)
         _audit_changes(session, previous, computed, now)
-        if fragment is not None:
-            change_store.save_state(
-                session,
-                model,
-                inputs_key=work.inputs_key,
-                exported=export.exported,
-                unexported=export.unexported,
-                status=status,
-                severity=_severity(status),
-                fragment=fragment,
-                rendered_at=now,
-            )
+        if done.state is not None:
+            change_store.save_states(session, [done.state])
         change_store.clear_markers(session, model, work.markers)
         session.commit()
-    return ModelRefresh(len(computed), fragment)
+    return done.result
+
+
+def maybe_without_data(work: ModelWork) -> bool:
+    """Whether ``work`` may be refreshed by ``refresh_without_data``: every reading of the model
+    is recomputed, and no change marker or due reading says it holds data."""
+    return work.full and not work.markers and not work.due
+
+
+def refresh_without_data(
+    db: Database, works: Sequence[ModelWork], settings: Settings, now: datetime
+) -> tuple[dict[str, ModelRefresh], list[ModelWork]]:
+    """Refresh together those of ``works`` (each ``maybe_without_data``) whose models hold no
+    bucket: one read transaction (which of them hold buckets, their stored readings, their
+    current contracts) and one write transaction for all; each reading measured without data.
+    Returns their refreshes by model, and the works of the models that hold buckets."""
+    with db.read_session() as session:
+        seen = bucket_store.models_with_buckets(session, [w.model for w in works])
+        empty = [w for w in works if w.model not in seen]
+        names = [w.model for w in empty]
+        previous: dict[str, dict[tuple[str, str], ReadingRow]] = {name: {} for name in names}
+        for row in all_readings(session, models=names) if names else ():
+            previous[row.model][(row.cohort, row.window)] = row
+        contracts = contracts_store.current_contracts(session, names, now)
+    done = []
+    for work in empty:
+        model, state = work.model, work.state
+        export = choose_exported((), state.exported if state else (), settings.max_slices_per_model)
+        wanted = [(s, w) for s in export.exported for w in settings.windows]
+        computed = _readings_without_data(contracts[model], model, wanted, now)
+        obsolete = set(previous[model]) - set(wanted)
+        done.append(_computed(work, previous[model], export, computed, obsolete, now))
+    if done:
+        with db.session() as session:
+            replace_readings(session, names, [r for d in done for r in d.computed])
+            for d in done:
+                _audit_changes(session, d.previous, d.computed, now)
+            change_store.save_states(session, [d.state for d in done if d.state is not None])
+            session.commit()
+    return {d.work.model: d.result for d in done}, [w for w in works if w.model in seen]
 
 
 def _readings(
@@ -222,29 +324,45 @@ def _readings(
     by_slice: dict[str, list[Window]] = {}
     for slice_, window_name in todo:
         by_slice.setdefault(slice_, []).append(Window.trailing(window_name, now))
-    rows = []
+    wanted, stale = [], []
     for slice_, windows in by_slice.items():
         # Every trailing window ends at the same bucket: one probe for the end, one per start.
         *firsts, after_end = bucket_store.first_buckets_from(
             session, model, slice_, [*(w.start for w in windows), windows[0].end]
         )
         for window, first in zip(windows, firsts, strict=True):
-            assert window.name is not None
-            reading = calibration_reading(session, model, window, slice_, now)
-            contract = reading.contract
-            rows.append(
-                ReadingRow(
-                    model,
-                    slice_,
-                    window.name,
-                    contract.id,
-                    contract.version,
-                    now,
-                    gauge_values(reading),
-                    stale_at(window, first, after_end),
-                )
-            )
-    return rows
+            wanted.append((slice_, window))
+            stale.append(stale_at(window, first, after_end))
+    readings = calibration_readings(session, model, wanted, now) if wanted else []
+    return [_row(r, now, at) for r, at in zip(readings, stale, strict=True)]
+
+
+def _readings_without_data(
+    contract: Contract, model: str, todo: Iterable[tuple[str, str]], now: datetime
+) -> list[ReadingRow]:
+    """The readings of ``todo`` at ``now`` for a model holding no bucket, whose current contract
+    is ``contract``: each measured without data, as ``calibration_readings`` measures it, and
+    never stale by time."""
+    return [
+        _row(reading_without_data(contract, model, Window.trailing(name, now), slice_), now, None)
+        for slice_, name in todo
+    ]
+
+
+def _row(reading: WindowReading, now: datetime, stale: datetime | None) -> ReadingRow:
+    """The stored row of a reading computed at ``now``, stale at ``stale``."""
+    window, contract = reading.window, reading.contract
+    assert window.name is not None
+    return ReadingRow(
+        reading.model,
+        reading.cohort,
+        window.name,
+        contract.id,
+        contract.version,
+        now,
+        gauge_values(reading),
+        stale,
+    )
 
 
 def _audit_changes(
@@ -347,17 +465,23 @@ def refresh_all(
     *,
     keep_lease: Callable[[], bool] | None = None,
     cache: FragmentCache | None = None,
+    budget: float | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> RefreshReport:
-    """Recompute the readings whose inputs changed, one model at a time, then store the
-    exposition.
+    """Recompute the readings whose inputs changed, one model at a time in the order of
+    ``plan.priority`` (longest behind first), then store the exposition.
 
-    A model whose refresh raises is logged, counted in ``calmon_refresh_failures_total`` and
-    left with its previous readings; the others go on. ``keep_lease`` (renew the lease; False
-    when another refresher holds it) is called before each model: once it fails the cycle
-    stops with ``LeaseLost`` and stores no exposition. Raises only if the fleet's changes or
-    the exposition cannot be read or stored.
+    With a ``budget`` (seconds of ``clock``, a monotonic clock), no model is begun once the
+    cycle has run that long, its first model aside: the models not reached keep their markers
+    and previous readings, count as behind like a failed model (their age goes on growing) and
+    are the first of the next cycle, while the exposition is stored at once. A model whose
+    refresh raises is logged, counted in ``calmon_refresh_failures_total`` and left with its
+    previous readings; the others go on. ``keep_lease`` (renew the lease; False when another
+    refresher holds it) is called before each model: once it fails the cycle stops with
+    ``LeaseLost`` and stores no exposition. Raises only if the fleet's changes or the
+    exposition cannot be read or stored.
     """
-    start = time.perf_counter()
+    start = clock()
     now = now or utcnow()
     cache = cache or FragmentCache()
     _sweep_waiting(db)
@@ -370,24 +494,38 @@ def refresh_all(
         states = change_store.refresh_states(session)
         due = change_store.due_readings(session, now)
         previous = exposition_times(session)
-    work = plan_work(fleet, states, markers, due, settings)
+    work = plan_work(fleet, states, markers, due, settings, previous)
     readings, failed, stamps = 0, [], {m: s.rendered_at for m, s in states.items()}
-    for item in work:
+    carried: list[str] = []
+    steps = _steps(work)
+    for i, step in enumerate(steps):
+        if i and budget is not None and clock() - start >= budget:
+            carried = [w.model for later in steps[i:] for w in later]
+            break
         if keep_lease is not None and not keep_lease():
             raise LeaseLost("another refresher holds the refresh lease")
-        try:
-            done = refresh_model(db, item, settings, now)
-        except Exception as exc:
-            failed.append(item.model)
-            REFRESH_FAILURES.labels(item.model).inc()
-            log_failure("model refresh failed", exc, model=item.model)
-            continue
-        readings += done.readings
-        if done.fragment is not None:
-            stamps[item.model] = now
-            cache.put(item.model, now, done.fragment)
+        refreshed: dict[str, ModelRefresh] = {}
+        alone: Sequence[ModelWork] = step
+        if maybe_without_data(step[0]):
+            try:
+                refreshed, alone = refresh_without_data(db, step, settings, now)
+            except Exception as exc:
+                log_failure("refresh of models without data failed", exc, models=len(step))
+        for item in alone:
+            try:
+                refreshed[item.model] = refresh_model(db, item, settings, now)
+            except Exception as exc:
+                failed.append(item.model)
+                REFRESH_FAILURES.labels(item.model).inc()
+                log_failure("model refresh failed", exc, model=item.model)
+        for model, done in refreshed.items():
+            readings += done.readings
+            if done.fragment is not None:
+                stamps[model] = now
+                cache.put(model, now, done.fragment)
     models = sorted(fleet)
-    times = ExpositionTimes(now, tuple(models), _behind(fleet, stamps, failed, previous))
+    late = [*failed, *carried]
+    times = ExpositionTimes(now, tuple(models), _behind(fleet, stamps, late, previous))
     unchanged = (
         previous is not None
         and previous.models == times.models
@@ -398,27 +536,36 @@ def refresh_all(
         store_exposition(session, body, now, times)
         session.commit()
     return RefreshReport(
-        len(fleet), readings, time.perf_counter() - start, tuple(failed), len(work)
+        len(fleet), readings, clock() - start, tuple(failed), len(work), len(carried)
     )
+
+
+def _steps(work: Sequence[ModelWork]) -> list[list[ModelWork]]:
+    """The cycle's models in order, in the steps it takes them: runs of up to ``NO_DATA_RUN``
+    consecutive models that may hold no data (``maybe_without_data``) together, any other
+    model alone."""
+    steps: list[list[ModelWork]] = []
+    for item in work:
+        last = steps[-1] if steps else []
+        together = maybe_without_data(item) and bool(last) and maybe_without_data(last[0])
+        if together and len(last) < NO_DATA_RUN:
+            last.append(item)
+        else:
+            steps.append([item])
+    return steps
 
 
 def _behind(
     fleet: Mapping[str, FleetModel],
     stamps: Mapping[str, datetime],
-    failed: Iterable[str],
+    late: Iterable[str],
     previous: ExpositionTimes | None,
 ) -> dict[str, float]:
     """Since when (epoch seconds) the readings of the models not current now are current: a
-    failed model's since the last exposition that had it current, a model never refreshed
-    since its first contract."""
+    ``late`` model's (failed, or left for the next cycle) since the last exposition that had it
+    current, a model never refreshed since its first contract."""
     behind = {m: f.registered_at.timestamp() for m, f in fleet.items() if m not in stamps}
-    for model in failed:
-        if previous is not None and model in previous.behind:
-            behind[model] = previous.behind[model]
-        elif previous is not None and model in previous.models:
-            behind[model] = previous.computed_at.timestamp()
-        else:
-            behind[model] = fleet[model].registered_at.timestamp()
+    behind.update({m: current_since(m, fleet[m], previous) for m in late})
     return behind
 
 
@@ -439,14 +586,20 @@ def expire_pending_labels(db: Database, settings: Settings, now: datetime) -> in
 
 
 class Refresher:
-    """A daemon thread that refreshes the stored readings every ``refresh_seconds``.
+    """A daemon thread that refreshes the stored readings every ``refresh_seconds``, each
+    cycle within a time budget of ``BUDGET_SHARE`` of that (``refresh_all``; ``clock`` measures
+    it), and at once again after a cycle that left models for the next.
 
     Each service process runs one; the lease makes sure only one of them works per period.
     """
 
-    def __init__(self, db: Database, settings: Settings) -> None:
+    def __init__(
+        self, db: Database, settings: Settings, *, clock: Callable[[], float] = time.perf_counter
+    ) -> None:
         self.db = db
         self.settings = settings
+        self.budget = settings.refresh_seconds * BUDGET_SHARE
+        self._clock = clock
         self.holder = f"{socket.gethostname()}:{os.getpid()}"
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self.loop, name="calmon-refresher", daemon=True)
@@ -480,7 +633,12 @@ class Refresher:
             self._maintained_at = now
         try:
             self.last_report = refresh_all(
-                self.db, self.settings, keep_lease=self._keep_lease, cache=self._fragments
+                self.db,
+                self.settings,
+                keep_lease=self._keep_lease,
+                cache=self._fragments,
+                budget=self.budget,
+                clock=self._clock,
             )
         except LeaseLost:
             log.warning("refresh stopped: another refresher holds the lease")
@@ -539,6 +697,8 @@ class Refresher:
                 "refreshed readings",
                 extra={
                     "models": report.models,
+                    "changed": report.changed,
+                    "carried": report.carried,
                     "readings": report.readings,
                     "failed": list(report.failed),
                     "seconds": round(report.seconds, 3),
@@ -558,15 +718,16 @@ class Refresher:
             log.exception("label fold failed")
 
     def loop(self, *, at_once: bool = False) -> None:
-        """Until stopped: a refresh every ``refresh_seconds`` (each after the wait, or the first
-        at once with ``at_once``) and, at even steps between them, a fold of the queued labels
-        (``FOLDS_PER_REFRESH`` steps per interval, the refresh's own fold included)."""
-        if at_once:
-            self.run_logged()
-        steps = 0
-        while not self._stop.wait(self.settings.refresh_seconds / FOLDS_PER_REFRESH):
-            steps += 1
+        """Until stopped: a refresh every ``refresh_seconds`` after the last (the first at once
+        with ``at_once``), or at once after one that left models for the next cycle, and at
+        even steps between them a fold of the queued labels (``FOLDS_PER_REFRESH`` steps per
+        interval, the refresh's own fold included)."""
+        step = self.settings.refresh_seconds / FOLDS_PER_REFRESH
+        behind, steps = at_once, 0
+        while not self._stop.wait(0 if behind else step):
+            steps = 0 if behind else steps + 1
             if steps % FOLDS_PER_REFRESH:
                 self.fold_logged()
-            else:
-                self.run_logged()
+                continue
+            report = self.run_logged()
+            behind, steps = report is not None and report.carried > 0, 0

@@ -1,148 +1,51 @@
 """Prediction and label batches sent as an Apache Arrow IPC stream, checked by the JSON rules.
 
-A body of ``application/vnd.apache.arrow.stream`` holds one or more record batches of one schema.
-Predictions: ``id`` (string), ``ts`` (timestamp with a time zone, or RFC 3339 strings), then
-``logits`` (a fixed-size list of K numbers; a variable list whose rows all hold K numbers is
-taken too) for a multiclass contract or ``score`` (a number in [0, 1]) for a binary one, and any
-further column is a cohort key of string values (a null is the key absent from that row's
-cohort). Labels: ``id``, ``label`` (class index or class name), ``ts``. Dictionary-encoded
-columns are decoded first.
+``arrow_stream`` reads the body into a table. Predictions: ``id`` (string), ``ts`` (timestamp
+with a time zone, or RFC 3339 strings), then ``logits`` (a fixed-size list of K numbers; a
+variable list whose rows all hold K numbers is taken too) for a multiclass contract or ``score``
+(a number in [0, 1]) for a binary one, and any further column is a cohort key of string values
+(a null is the key absent from that row's cohort). Labels: ``id``, ``label`` (class index or
+class name), ``ts``. Dictionary-encoded columns are decoded first.
 
 The columns are converted without building an object per item and checked by
 ``batches.prediction_columns`` / ``batches.label_columns``, the checks of the JSON fast path;
-when those find anything wrong, the rows are handed to the item-by-item path of JSON bodies,
-which names every bad row and field (``predictions[3].ts``). A column of the wrong type, a
-missing or unexpected column, a dictionary larger than its column, compressed buffers (their
-decompressed size escapes the body limit), or a stream that cannot be read to its end-of-stream
-marker is refused whole, naming the column or ``(body)``.
+when those find anything wrong, ``arrow_rows`` names every bad row and field as the item-by-item
+path of JSON bodies does (``predictions[3].ts``). A column of the wrong type, or a missing or
+unexpected column, is refused whole, naming the column.
 """
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from service.common.errors import ErrorDetail, ValidationFailed
+from service.common.errors import ErrorCollector, ErrorDetail, ValidationFailed
 from service.common.values import format_timestamp, parse_timestamp
+from service.stream.arrow_rows import (
+    RowProblems,
+    label_problems,
+    logit_problems,
+    score_problems,
+)
+from service.stream.arrow_stream import is_text, refused, type_name
 from service.stream.batches import (
     LabelBatch,
     PredictionBatch,
+    check_cohort,
     label_columns,
     parse_labels,
     parse_predictions,
     prediction_columns,
 )
+from service.stream.cohorts import MAX_KEYS, MAX_LENGTH, OTHER
 
-#: The media type of an Arrow IPC stream.
-ARROW_STREAM = "application/vnd.apache.arrow.stream"
-#: The 8 bytes that end an Arrow IPC stream (continuation marker, zero length).
-_END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 _PREDICTION_COLUMNS = ("id", "ts", "logits", "score")
 _LABEL_COLUMNS = ("id", "label", "ts")
-
-
-class UnreadableArrow(Exception):
-    """The body is not a complete, valid Arrow IPC stream (a 400 at the HTTP edge)."""
-
-
-def _refused(field: str, message: str) -> ValidationFailed:
-    return ValidationFailed(
-        "the Arrow batch is invalid; nothing was written", [ErrorDetail(field, message)]
-    )
-
-
-def read_stream(raw: bytes, max_items: int) -> pa.Table:
-    """The record batches of an IPC stream as one table (at least one row, at most
-    ``max_items``), every buffer validated; ``UnreadableArrow`` for a truncated or malformed
-    stream, ``ValidationFailed`` naming ``(body)`` for a row count out of range or naming the
-    column of a dictionary longer than its column."""
-    if not raw.endswith(_END_OF_STREAM):
-        raise UnreadableArrow("the Arrow stream does not end with its end-of-stream marker")
-    buffer = pa.py_buffer(raw)
-    _refuse_compression(buffer)
-    batches: list[pa.RecordBatch] = []
-    rows = 0
-    try:
-        reader = pa.ipc.open_stream(buffer)
-        for batch in reader:
-            rows += batch.num_rows
-            if rows > max_items:
-                raise _refused("(body)", f"at most {max_items} rows per batch, got more")
-            _check_dictionaries(batch)
-            batch.validate(full=True)
-            batches.append(batch)
-        table = pa.Table.from_batches(batches, schema=reader.schema)
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        if isinstance(exc, ValidationFailed):
-            raise
-        raise UnreadableArrow(f"the body is not a readable Arrow IPC stream: {exc}") from None
-    if rows == 0:
-        raise _refused("(body)", "expected at least one row")
-    names = table.column_names
-    repeated = sorted({n for n in names if names.count(n) > 1})
-    if repeated:
-        raise _refused(repeated[0], "the column appears more than once")
-    return table
-
-
-def _u32(meta: bytes, at: int) -> int:
-    return int(struct.unpack_from("<I", meta, at)[0])
-
-
-def _field(meta: bytes, table: int, index: int) -> int:
-    """The offset of field ``index`` inside the flatbuffer table at ``table`` (0: absent)."""
-    vtable = table - struct.unpack_from("<i", meta, table)[0]
-    size = struct.unpack_from("<H", meta, vtable)[0]
-    entry = 4 + 2 * index
-    return 0 if entry >= size else int(struct.unpack_from("<H", meta, vtable + entry)[0])
-
-
-def _is_compressed(meta: bytes) -> bool:
-    """Whether an IPC message's metadata (a flatbuffer ``Message``) declares compressed body
-    buffers: its header, a ``RecordBatch`` (union type 3) or a ``DictionaryBatch`` (2) holding
-    one, carries the ``compression`` field (index 3)."""
-    root = _u32(meta, 0)
-    kind_at, header_at = _field(meta, root, 1), _field(meta, root, 2)
-    kind = meta[root + kind_at] if kind_at else 0
-    if kind not in (2, 3) or not header_at:
-        return False
-    table = root + header_at + _u32(meta, root + header_at)
-    if kind == 2:
-        data_at = _field(meta, table, 1)
-        if not data_at:
-            return False
-        table = table + data_at + _u32(meta, table + data_at)
-    return _field(meta, table, 3) != 0
-
-
-def _refuse_compression(buffer: pa.Buffer) -> None:
-    """Refuse compressed body buffers before anything is decoded: their decompressed size is
-    not bounded by the body limit (a small body could expand to gigabytes)."""
-    try:
-        messages = list(pa.ipc.MessageReader.open_stream(buffer))
-        compressed = any(_is_compressed(m.metadata.to_pybytes()) for m in messages)
-    except (pa.ArrowException, struct.error, IndexError) as exc:
-        raise UnreadableArrow(f"the body is not a readable Arrow IPC stream: {exc}") from None
-    if compressed:
-        raise _refused(
-            "(body)", "compressed Arrow buffers are not accepted: send the stream uncompressed"
-        )
-
-
-def _check_dictionaries(batch: pa.RecordBatch) -> None:
-    """Refuse a dictionary-encoded column whose dictionary holds more values than the column
-    has rows (none is needed; a large one only costs memory)."""
-    for name, column in zip(batch.schema.names, batch.columns, strict=True):
-        if pa.types.is_dictionary(column.type) and len(column.dictionary) > max(len(column), 1):
-            raise _refused(
-                name,
-                f"the dictionary holds {len(column.dictionary)} values for {len(column)} rows",
-            )
 
 
 def _decoded(column: pa.ChunkedArray) -> pa.ChunkedArray:
@@ -153,8 +56,8 @@ def _decoded(column: pa.ChunkedArray) -> pa.ChunkedArray:
 
 def _strings(table: pa.Table, name: str) -> pa.ChunkedArray:
     column = _decoded(table.column(name))
-    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
-        raise _refused(name, f"expected a string column, got {column.type}")
+    if not is_text(column.type):
+        raise refused(name, f"expected a string column, got {type_name(column.type)}")
     return column
 
 
@@ -174,17 +77,19 @@ _PER_SECOND = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}
 
 def _stamps(table: pa.Table) -> tuple[list[datetime] | None, list[Any]]:
     """``(parsed, raw)``: the ``ts`` column as aware UTC datetimes (None when a value is null,
-    out of ``datetime``'s range or does not parse) and as the values the item-by-item path reads
-    (RFC 3339 text, None for a null)."""
+    out of ``datetime``'s range or does not parse) and per row as sent: None for a null, an
+    aware datetime, or text (RFC 3339 or not; ``out of range`` beyond ``datetime``'s range)."""
     column = _decoded(table.column("ts"))
-    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+    if is_text(column.type):
         raw = column.to_pylist()
         parsed = [parse_timestamp(t) if isinstance(t, str) else None for t in raw]
         return (None if None in parsed else parsed), raw  # type: ignore[return-value]
     if not pa.types.is_timestamp(column.type):
-        raise _refused("ts", f"expected a timestamp or string column, got {column.type}")
+        raise refused("ts", f"expected a timestamp or string column, got {type_name(column.type)}")
     if column.type.tz is None:
-        raise _refused("ts", f"expected timestamps with a time zone, got {column.type} (no zone)")
+        raise refused(
+            "ts", f"expected timestamps with a time zone, got {type_name(column.type)} (no zone)"
+        )
     per_second = _PER_SECOND[column.type.unit]
     native = column.cast(pa.int64()).to_numpy(zero_copy_only=False)
     nulls = column.is_null().to_numpy(zero_copy_only=False)
@@ -196,7 +101,7 @@ def _stamps(table: pa.Table) -> tuple[list[datetime] | None, list[Any]]:
     if inside.all() and not nulls.any():
         return aware, aware
     raw = [
-        None if null else (format_timestamp(t) if ok else "out of range")
+        None if null else (t if ok else "out of range")
         for t, ok, null in zip(aware, inside.tolist(), nulls.tolist(), strict=True)
     ]
     return None, raw
@@ -208,12 +113,12 @@ def _inputs(table: pa.Table, task: str, n_classes: int) -> tuple[np.ndarray | No
     name = "logits" if task == "multiclass" else "score"
     other = "score" if task == "multiclass" else "logits"
     if other in table.column_names:
-        raise _refused(other, f"a {task} contract takes {name}, not {other}")
+        raise refused(other, f"a {task} contract takes {name}, not {other}")
     _required(table, [name])
     column = table.column(name)
     if task != "multiclass":
         if not (pa.types.is_floating(column.type) or pa.types.is_integer(column.type)):
-            raise _refused(name, f"expected a numeric column, got {column.type}")
+            raise refused(name, f"expected a numeric column, got {type_name(column.type)}")
         if column.null_count:
             return None, name
         return column.to_numpy().astype(np.float64), name
@@ -221,12 +126,14 @@ def _inputs(table: pa.Table, task: str, n_classes: int) -> tuple[np.ndarray | No
     if not (
         pa.types.is_fixed_size_list(kind) or pa.types.is_list(kind) or pa.types.is_large_list(kind)
     ):
-        raise _refused(name, f"expected a fixed-size list of K = {n_classes} numbers, got {kind}")
+        raise refused(
+            name, f"expected a fixed-size list of K = {n_classes} numbers, got {type_name(kind)}"
+        )
     values = kind.value_type
     if not (pa.types.is_floating(values) or pa.types.is_integer(values)):
-        raise _refused(name, f"expected numbers in the lists, got {values}")
+        raise refused(name, f"expected numbers in the lists, got {type_name(values)}")
     if pa.types.is_fixed_size_list(kind) and kind.list_size != n_classes:
-        raise _refused(
+        raise refused(
             name, f"expected K = {n_classes} numbers per row, the list size is {kind.list_size}"
         )
     combined = column.combine_chunks()
@@ -257,6 +164,29 @@ def _cohorts(table: pa.Table, keys: list[str]) -> list[dict[str, Any]]:
     return out
 
 
+def _cohort_columns_pass(table: pa.Table, keys: list[str]) -> bool:
+    """Whether every row's cohort passes ``batches.check_cohort``, judged a key column at a
+    time: at most ``cohorts.MAX_KEYS`` key columns, each named as a key may be, their values
+    1-``cohorts.MAX_LENGTH`` characters without NUL, not ``cohorts.OTHER`` (a validated Arrow
+    string holds no lone surrogate)."""
+    if len(keys) > MAX_KEYS:
+        return False
+    for key in keys:
+        if check_cohort({key: "v"}, "cohort", ErrorCollector(), None) is None:
+            return False
+        values = pc.unique(_strings(table, key).combine_chunks()).drop_null()
+        if not len(values):
+            continue
+        lengths = pc.min_max(pc.utf8_length(values)).as_py()
+        if lengths["min"] < 1 or lengths["max"] > MAX_LENGTH:
+            return False
+        if pc.any(pc.match_substring(values, "\x00")).as_py():
+            return False
+        if pc.any(pc.equal(values, OTHER)).as_py():
+            return False
+    return True
+
+
 def predictions_from_arrow(
     table: pa.Table, *, task: str, n_classes: int, now: datetime
 ) -> PredictionBatch:
@@ -268,25 +198,36 @@ def predictions_from_arrow(
     inputs, name = _inputs(table, task, n_classes)
     stamps, raw_ts = _stamps(table)
     cohorts = _cohorts(table, keys)
-    if inputs is not None and stamps is not None:
-        batch = prediction_columns(ids, stamps, cohorts, inputs, task, now)
+    if inputs is not None and stamps is not None and _cohort_columns_pass(table, keys):
+        batch = prediction_columns(ids, stamps, cohorts, inputs, task, now, cohorts_checked=True)
         if batch is not None:
             return batch
-    rows = table.column(name).to_pylist()
+    found = RowProblems("predictions")
+    found.ids(ids, 0)
+    found.stamps(raw_ts, now, 1)
+    found.cohorts(cohorts, 2)
+    column = table.column(name)
+    problems = logit_problems(column, n_classes) if task == "multiclass" else score_problems(column)
+    found.values(name, problems, 3)
+    found.raise_if_any("the predictions batch has invalid items; nothing was written")
+    # The row checks hold the rules of the fast checks: should they ever disagree, the
+    # item-by-item path decides.
+    rows = column.to_pylist()
     items = [
-        {
-            k: v
-            for k, v in (
-                ("id", ids[i]),
-                ("ts", raw_ts[i] if isinstance(raw_ts[i], str) else _text(raw_ts[i])),
-                ("cohort", cohorts[i] or None),
-                (name, rows[i]),
-            )
-            if v is not None
-        }
+        _item(
+            ("id", ids[i]),
+            ("ts", _text(raw_ts[i])),
+            ("cohort", cohorts[i] or None),
+            (name, rows[i]),
+        )
         for i in range(table.num_rows)
     ]
     return parse_predictions(items, task=task, n_classes=n_classes, now=now)
+
+
+def _item(*fields: tuple[str, Any]) -> dict[str, Any]:
+    """A JSON item of the fields that are not null."""
+    return {k: v for k, v in fields if v is not None}
 
 
 def _text(value: Any) -> Any:
@@ -302,26 +243,25 @@ def labels_from_arrow(
     _required(table, list(_LABEL_COLUMNS))
     extra = [n for n in table.column_names if n not in _LABEL_COLUMNS]
     if extra:
-        raise _refused(extra[0], "unexpected column (labels take id, label and ts)")
+        raise refused(extra[0], "unexpected column (labels take id, label and ts)")
     ids = _strings(table, "id").to_pylist()
     label = _decoded(table.column("label"))
-    if not (
-        pa.types.is_integer(label.type)
-        or pa.types.is_string(label.type)
-        or pa.types.is_large_string(label.type)
-    ):
-        raise _refused("label", f"expected class indices or class names, got {label.type}")
+    if not (pa.types.is_integer(label.type) or is_text(label.type)):
+        raise refused(
+            "label", f"expected class indices or class names, got {type_name(label.type)}"
+        )
     raw_labels = label.to_pylist()
     stamps, raw_ts = _stamps(table)
     batch = label_columns(ids, raw_labels, stamps, index_of, n_classes, now)
     if batch is not None:
         return batch
+    found = RowProblems("labels")
+    found.ids(ids, 0)
+    found.values("label", label_problems(raw_labels, index_of, n_classes), 1)
+    found.stamps(raw_ts, now, 2)
+    found.raise_if_any("the labels batch has invalid items; nothing was written")
     items = [
-        {
-            k: v
-            for k, v in (("id", ids[i]), ("label", raw_labels[i]), ("ts", _text(raw_ts[i])))
-            if v is not None
-        }
+        _item(("id", ids[i]), ("label", raw_labels[i]), ("ts", _text(raw_ts[i])))
         for i in range(table.num_rows)
     ]
     return parse_labels(items, index_of=index_of, n_classes=n_classes, now=now)

@@ -125,7 +125,7 @@ def parse_envelope(
     )
 
 
-def _id_problem(value: Any) -> str | None:
+def id_problem(value: Any) -> str | None:
     """Why ``value`` is not an id, or None."""
     if type(value) is not str or not 0 < len(value) <= MAX_ID_LENGTH:
         return f"expected a string id of 1-{MAX_ID_LENGTH} characters"
@@ -138,7 +138,7 @@ def _printable(key: str) -> str:
     return ascii(key)[1:-1][:64]
 
 
-def _check_cohort(
+def check_cohort(
     value: Any, path: str, errors: ErrorCollector, item: int | None
 ) -> dict[str, str] | None:
     """The cohort's types and text (keys matching whole, values of valid text), then
@@ -166,7 +166,7 @@ def _check_cohort(
     return parse_cohort(value, path, errors, item)
 
 
-def _check_row_numbers(row: Any, task: str, n_classes: int) -> str | None:
+def row_numbers_problem(row: Any, task: str, n_classes: int) -> str | None:
     """Why one row's logits/score is unusable, or None."""
     values = row if task == "multiclass" else [row]
     if task == "multiclass" and (type(row) is not list or len(row) != n_classes):
@@ -190,7 +190,7 @@ def _valid_texts(texts: list[str]) -> bool:
 
 
 def _id(value: Any) -> str:
-    found = _id_problem(value)
+    found = id_problem(value)
     if found is not None:
         raise problem(found)
     return cast(str, value)
@@ -198,7 +198,7 @@ def _id(value: Any) -> str:
 
 def _cohort(value: Any, info: ValidationInfo) -> dict[str, str]:
     errors = ErrorCollector()
-    cohort = _check_cohort(value, info.field_name or "cohort", errors, None)
+    cohort = check_cohort(value, info.field_name or "cohort", errors, None)
     if cohort is None:
         raise problems(errors)
     return cohort
@@ -206,29 +206,33 @@ def _cohort(value: Any, info: ValidationInfo) -> dict[str, str]:
 
 def _inputs(value: Any, info: ValidationInfo) -> Any:
     context = context_of(info)
-    found = _check_row_numbers(value, context["task"], context["n_classes"])
+    found = row_numbers_problem(value, context["task"], context["n_classes"])
     if found:
         raise problem(found)
     return value
 
 
-def _label(value: Any, info: ValidationInfo) -> SentLabel:
-    """A class index ``0..K-1`` or a class name known to some contract version of the model
-    (``K`` the largest of their class counts), as sent."""
-    context = context_of(info)
-    index_of: Mapping[str, int] = context["index_of"]
-    n_classes: int = context["n_classes"]
+def sent_label(value: Any, index_of: Mapping[str, int], n_classes: int) -> SentLabel | str:
+    """``value`` as a label as sent, or why it is none: a class index ``0..K-1`` or a class
+    name known to some contract version of the model (``K`` the largest of their class
+    counts; ``index_of`` from ``label_classes.known_labels``)."""
     if isinstance(value, str):
         if value not in index_of:
-            raise problem(
-                f"{_printable(value)!r} is not a class of any contract version of the model"
-            )
+            return f"{_printable(value)!r} is not a class of any contract version of the model"
         return SentLabel(index_of[value], value)
     if type(value) is int:
         if 0 <= value < n_classes:
             return SentLabel(value)
-        raise problem(f"class index must be in 0..{n_classes - 1}")
-    raise problem("expected a class index or a class name")
+        return f"class index must be in 0..{n_classes - 1}"
+    return "expected a class index or a class name"
+
+
+def _label(value: Any, info: ValidationInfo) -> SentLabel:
+    context = context_of(info)
+    label = sent_label(value, context["index_of"], context["n_classes"])
+    if isinstance(label, str):
+        raise problem(label)
+    return label
 
 
 _LOGIT = Annotated[float, Field(ge=-MAX_ABS_LOGIT, le=MAX_ABS_LOGIT)]
@@ -435,10 +439,14 @@ def prediction_columns(
     inputs: np.ndarray,
     task: str,
     now: datetime,
+    *,
+    cohorts_checked: bool = False,
 ) -> PredictionBatch | None:
     """The fast path's checks of a batch given as columns (parsed ``stamps``; ``inputs`` as
     float64, (N, K) or (N,)): the batch if every id, cohort and input passes, else None (the
-    item-by-item path then names each problem). Shared by JSON items and Arrow columns."""
+    item-by-item path then names each problem). Shared by JSON items and Arrow columns;
+    ``cohorts_checked``: the caller holds every cohort to ``check_cohort`` already (Arrow
+    checks the cohort key columns whole)."""
     if not ids or not _clean_ids(ids):
         return None
     if len(stamps) != len(ids) or len(cohorts) != len(ids) or len(inputs) != len(ids):
@@ -448,10 +456,10 @@ def prediction_columns(
     if not set(map(type, itertools.chain.from_iterable(c.values() for c in cohorts))) <= {str}:
         return None
     checked: dict[tuple[tuple[str, str], ...], bool] = {}
-    for cohort in cohorts:
+    for cohort in () if cohorts_checked else cohorts:
         key = tuple(cohort.items())
         if key not in checked:
-            checked[key] = _check_cohort(cohort, "cohort", ErrorCollector(), 0) is not None
+            checked[key] = check_cohort(cohort, "cohort", ErrorCollector(), 0) is not None
         if not checked[key]:
             return None
     if not np.isfinite(inputs).all() or inputs_problem(inputs, task) is not None:

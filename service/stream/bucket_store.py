@@ -284,6 +284,23 @@ def slice_counts(session: Session, model: str) -> list[tuple[str, int, int]]:
     return [(r[0], int(r[1]), int(r[2])) for r in rows]
 
 
+def models_with_buckets(session: Session, models: Sequence[str]) -> set[str]:
+    """Those of ``models`` that hold at least one bucket: one probe of the primary key each,
+    100 to a statement."""
+    names = sorted(set(models))
+    found: set[str] = set()
+    for i in range(0, len(names), 100):
+        probes = [
+            select(CalibrationBucket.model)
+            .where(CalibrationBucket.model == name)
+            .limit(1)
+            .scalar_subquery()
+            for name in names[i : i + 100]
+        ]
+        found.update(name for name in session.execute(select(*probes)).one() if name is not None)
+    return found
+
+
 def first_buckets_from(
     session: Session, model: str, slice_: str, times: Sequence[datetime]
 ) -> list[datetime | None]:

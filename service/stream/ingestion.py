@@ -28,6 +28,7 @@ from service.common.json_text import JsonText
 from service.config import Settings
 from service.contracts import store as contracts_store
 from service.contracts.model import Contract
+from service.db.database import Database
 from service.db.dialect import PredictionColumns
 from service.stream import fold_store, prediction_store
 from service.stream.arrow_batches import labels_from_arrow, predictions_from_arrow
@@ -193,6 +194,7 @@ def ingest_predictions(
 
 
 def ingest_arrow_predictions(
+    db: Database,
     session: Session,
     model: str | None,
     contract_id: str | None,
@@ -201,13 +203,27 @@ def ingest_arrow_predictions(
     now: datetime,
 ) -> PredictionsAccepted:
     """``ingest_predictions`` for a batch sent as Arrow columns (``arrow_batches``): the model
-    and the optional contract id checked by the envelope's rules, the rows by the items'."""
+    and the optional contract id checked by the envelope's rules, the rows by the items'.
+
+    The model and its contract are read, and the rows validated, in a read session of ``db``
+    (on SQLite it neither takes nor waits for the write lock): the write transaction on
+    ``session`` begins only once the batch is known valid. It binds the batch to the contract
+    it reads itself, which is the one validated against unless a contract was registered or
+    retired meanwhile (the rows are then validated again)."""
     envelope = parse_envelope(_envelope_of(model, contract_id, "predictions"), "predictions")
-    _model_or_404(session, envelope.model)
-    contract = _binding_contract(session, envelope.model, envelope.contract_id, now)
+    with db.read_session() as reading:
+        _model_or_404(reading, envelope.model)
+        contract = _binding_contract(reading, envelope.model, envelope.contract_id, now)
+    batch = _arrow_predictions(table, contract, now)
+    bound = _binding_contract(session, envelope.model, envelope.contract_id, now)
+    if bound.id != contract.id:
+        batch = _arrow_predictions(table, bound, now)
+    return _store_predictions(session, envelope.model, bound, batch, settings, now)
+
+
+def _arrow_predictions(table: pa.Table, contract: Contract, now: datetime) -> PredictionBatch:
     spec = contract.spec
-    batch = predictions_from_arrow(table, task=spec.task, n_classes=len(spec.classes), now=now)
-    return _store_predictions(session, envelope.model, contract, batch, settings, now)
+    return predictions_from_arrow(table, task=spec.task, n_classes=len(spec.classes), now=now)
 
 
 def _envelope_of(model: str | None, contract_id: str | None, items_key: str) -> dict[str, Any]:
@@ -237,8 +253,16 @@ def _store_predictions(
 
     used = sorted({cohort_of[i] for i in keep})
     capped = admit_cohorts(session, model, [distinct[k] for k in used], settings)
-    slices = {k: slices_of(c) for k, c in zip(used, capped, strict=True)}
-    slices_json = {k: json.dumps(v, separators=(",", ":")) for k, v in slices.items()}
+    # Distinct cohorts share their capped form when values beyond the caps fold into OTHER.
+    by_capped: dict[tuple[tuple[str, str], ...], tuple[list[str], str]] = {}
+    slices: dict[int, list[str]] = {}
+    slices_json: dict[int, str] = {}
+    for k, cohort in zip(used, capped, strict=True):
+        key = tuple(sorted(cohort.items()))
+        if key not in by_capped:
+            listed = slices_of(cohort)
+            by_capped[key] = listed, json.dumps(listed, separators=(",", ":"))
+        slices[k], slices_json[k] = by_capped[key]
     # In key order: concurrent batches with overlapping ids then wait on each other in the
     # same order instead of deadlocking, and the primary-key index is walked in order.
     order = sorted(keep, key=batch.ids.__getitem__)
@@ -340,12 +364,20 @@ def ingest_labels(
 
 
 def ingest_arrow_labels(
-    session: Session, model: str | None, table: pa.Table, settings: Settings, now: datetime
+    db: Database,
+    session: Session,
+    model: str | None,
+    table: pa.Table,
+    settings: Settings,
+    now: datetime,
 ) -> LabelsApplied:
-    """``ingest_labels`` for a batch sent as Arrow columns (``arrow_batches``)."""
+    """``ingest_labels`` for a batch sent as Arrow columns (``arrow_batches``). The model's
+    contract versions are read, and the rows validated, in a read session of ``db``, as for
+    ``ingest_arrow_predictions``: the write transaction on ``session`` begins after them."""
     envelope = parse_envelope(_envelope_of(model, None, "labels"), "labels")
-    _model_or_404(session, envelope.model)
-    versions = {v.id: v for v in contracts_store.model_classes(session, envelope.model)}
+    with db.read_session() as reading:
+        _model_or_404(reading, envelope.model)
+        versions = {v.id: v for v in contracts_store.model_classes(reading, envelope.model)}
     index_of, n_classes = known_labels([v.classes for v in versions.values()])
     batch = labels_from_arrow(table, index_of=index_of, n_classes=n_classes, now=now)
     return _store_labels(session, envelope.model, versions, batch, settings, now)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -15,6 +17,7 @@ from service.calibration import (
     Drift,
     ExpectedAccuracy,
     Reading,
+    RefitEstimate,
     assess_drift,
     reading_from_stats,
     refit_from_knot_sums,
@@ -128,39 +131,106 @@ def calibration_reading(
     and ``shares`` says how the window splits. A window without data is measured against the
     model's current contract (``current_contract``).
     """
+    return calibration_readings(session, model, [(slice_, window)], now)[0]
+
+
+def calibration_readings(
+    session: Session, model: str, wanted: Sequence[tuple[str, Window]], now: datetime
+) -> list[WindowReading]:
+    """``calibration_reading`` of each (slice, window) of ``wanted``, in order: the model's
+    contracts and fold status are read once for all."""
     if not contracts_store.model_exists(session, model):
         raise NotFound(f"unknown model {model!r}")
-    before = Window.between(window.start - LOOKBACK, window.start)
-    fetched = bucket_store.window_totals(session, model, slice_, window.tiling() + before.tiling())
-    totals = [t for t in fetched if t.bucket_start >= window.start]
-    by_contract: dict[str, list[bucket_store.BucketTotals]] = defaultdict(list)
-    for t in totals:
-        by_contract[t.contract_id].append(t)
-    contracts = {cid: contracts_store.get_contract(session, cid) for cid in by_contract}
-    shares = sorted(
-        (
-            ContractShare(
-                cid, c.version, sum(t.n_predictions for t in rows), sum(t.n_labeled for t in rows)
-            )
-            for cid, rows in by_contract.items()
-            if (c := contracts[cid]) is not None
-        ),
-        key=lambda s: s.version,
-        reverse=True,
-    )
-    contract = contracts[shares[0].contract_id] if shares else None
-    if contract is None:
-        contract = current_contract(session, model, now)
-    rows = by_contract.get(contract.id, [])
-    layout = layout_of(contract)
+    fold = fold_store.fold_status(session, model)
+    contracts: dict[str, Contract | None] = {}
+    current: list[Contract] = []
+
+    def contract(contract_id: str) -> Contract | None:
+        if contract_id not in contracts:
+            contracts[contract_id] = contracts_store.get_contract(session, contract_id)
+        return contracts[contract_id]
+
+    out = []
+    for slice_, window in wanted:
+        before = Window.between(window.start - LOOKBACK, window.start)
+        tiling = window.tiling() + before.tiling()
+        fetched = bucket_store.window_totals(session, model, slice_, tiling)
+        by_contract: dict[str, list[bucket_store.BucketTotals]] = defaultdict(list)
+        for t in fetched:
+            if t.bucket_start >= window.start:
+                by_contract[t.contract_id].append(t)
+        shares = sorted(
+            (
+                ContractShare(
+                    cid,
+                    c.version,
+                    sum(t.n_predictions for t in rows),
+                    sum(t.n_labeled for t in rows),
+                )
+                for cid, rows in by_contract.items()
+                if (c := contract(cid)) is not None
+            ),
+            key=lambda s: s.version,
+            reverse=True,
+        )
+        measured = contract(shares[0].contract_id) if shares else None
+        if measured is None:
+            current = current or [current_contract(session, model, now)]
+            measured = current[0]
+        lookback = [
+            t for t in fetched if t.bucket_start < window.start and t.contract_id == measured.id
+        ]
+        rows = by_contract.get(measured.id, [])
+        out.append(_measured(model, measured, window, slice_, tuple(shares), rows, lookback, fold))
+    return out
+
+
+def reading_without_data(
+    contract: Contract, model: str, window: Window, slice_: str, fold: FoldStatus = NO_FOLD
+) -> WindowReading:
+    """What ``calibration_reading`` gives for a window and slice of a model that holds no bucket
+    at all (no prediction anywhere in time), measured against ``contract``, the model's current
+    one at the time of the reading, with ``fold`` as its fold status: no statement runs."""
+    return _measured(model, contract, window, slice_, (), [], [], fold)
+
+
+@functools.lru_cache(maxsize=64)
+def _unlabeled(
+    layout: StatsLayout, costs: tuple[float, float] | None
+) -> tuple[Reading, RefitEstimate | None]:
+    """The reading and the refit temperature of no labeled prediction under ``layout`` (and
+    ``costs``): what every window without labeled buckets sums to, so computed once."""
     vector = np.zeros(layout.size)
-    for t in rows:
-        if t.stats is not None:
-            vector += t.stats
     stats = unpack(vector, layout)
-    reading = reading_from_stats(stats, costs=contract.spec.costs)
+    reading = reading_from_stats(stats, costs=costs)
+    return reading, refit_from_knot_sums(unpack_knots(vector, layout), stats.n)
+
+
+def _measured(
+    model: str,
+    contract: Contract,
+    window: Window,
+    slice_: str,
+    shares: tuple[ContractShare, ...],
+    rows: list[bucket_store.BucketTotals],
+    lookback: list[bucket_store.BucketTotals],
+    fold: FoldStatus,
+) -> WindowReading:
+    """The reading of ``rows`` (the window's buckets of ``contract``) against ``contract``, the
+    status detectors also looking at ``lookback`` (its buckets before the window)."""
+    layout = layout_of(contract)
+    labeled = [t.stats for t in rows if t.stats is not None]
+    if labeled:
+        vector = np.zeros(layout.size)
+        for stats_vector in labeled:
+            vector += stats_vector
+        stats = unpack(vector, layout)
+        reading = reading_from_stats(stats, costs=contract.spec.costs)
+        refit = refit_from_knot_sums(unpack_knots(vector, layout), stats.n)
+    else:
+        reading, refit = _unlabeled(layout, contract.spec.costs)
     n_predictions = sum(t.n_predictions for t in rows)
-    n_unlabeled = n_predictions - stats.n
+    n_unlabeled = n_predictions - reading.n
     expected = (
         ExpectedAccuracy.of(
             n_unlabeled,
@@ -172,9 +242,6 @@ def calibration_reading(
     )
     seen = [t.confidence_counts for t in rows if t.confidence_counts is not None]
     baseline = contract.baseline_reading()
-    lookback = [
-        t for t in fetched if t.bucket_start < window.start and t.contract_id == contract.id
-    ]
     views = _status_views(lookback, rows, layout)
     drift = assess_drift(
         reading,
@@ -182,7 +249,7 @@ def calibration_reading(
         contract.policy,
         edges=contract.spec.bin_edges,
         confidence_counts=np.sum(seen, axis=0) if seen else None,
-        refit_temperature=refit_from_knot_sums(unpack_knots(vector, layout), stats.n),
+        refit_temperature=refit,
         expected_accuracy=expected,
         views=views,
     )
@@ -197,7 +264,7 @@ def calibration_reading(
     return WindowReading(
         model=model,
         contract=contract,
-        shares=tuple(shares),
+        shares=shares,
         window=window,
         cohort=slice_,
         n_predictions=n_predictions,
@@ -205,7 +272,7 @@ def calibration_reading(
         baseline=baseline,
         drift=drift,
         notes=notes,
-        fold=fold_store.fold_status(session, model),
+        fold=fold,
     )
 
 

@@ -2,16 +2,17 @@
 
 The model, and for predictions the optional contract id, come as query parameters (``model``,
 ``contract_id``, declared beside the routes); the rows as the stream's columns
-(``service.stream.arrow_batches``). A body that is not a complete, valid stream is a 400; the
-size limit (413) is Flask's, as for JSON.
+(``service.stream.arrow_stream``, ``arrow_batches``). A body that is not exactly one complete,
+valid stream is a 400; the size limit (413) is Flask's, as for JSON, and dictionary-encoded
+strings may decode to no more than it.
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
-from flask import request
+from flask import current_app, request
 
-from service.stream.arrow_batches import ARROW_STREAM, UnreadableArrow, read_stream
+from service.stream.arrow_stream import ARROW_STREAM, UnreadableArrow, read_stream
 from service.stream.batches import MAX_BATCH_ITEMS
 from service.web.http_errors import ApiError
 
@@ -24,7 +25,11 @@ def is_arrow() -> bool:
 def arrow_batch_body() -> pa.Table:
     """The body's table; 400 for an unreadable stream, 422 for a refused table shape."""
     try:
-        table = read_stream(request.get_data(cache=False), MAX_BATCH_ITEMS)
+        table = read_stream(
+            request.get_data(cache=False),
+            MAX_BATCH_ITEMS,
+            current_app.config["CALMON_SETTINGS"].max_body_bytes,
+        )
     except UnreadableArrow as exc:
         raise ApiError(
             400,

@@ -10,7 +10,7 @@ from flask import current_app, g, request
 
 from service.auth import service as auth_service
 from service.auth.tokens import Permission, Principal
-from service.web.db_session import db_session
+from service.web.db_session import database, db_session
 from service.web.http_errors import ApiError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -31,8 +31,13 @@ def _bootstrap_token() -> str | None:
 
 
 def resolve_token(token: str) -> Principal | None:
-    """The principal a token stands for, if any (bootstrap admin or a stored, live token)."""
-    return auth_service.resolve_token(db_session(), token, bootstrap_token=_bootstrap_token())
+    """The principal a token stands for, if any (bootstrap admin or a stored, live token).
+
+    Read in a read session of its own, ended before the view runs: on SQLite it neither takes
+    nor waits for the write lock, so a request holds no transaction while its body is parsed
+    and validated, and begins its write transaction only when it writes."""
+    with database().read_session() as session:
+        return auth_service.resolve_token(session, token, bootstrap_token=_bootstrap_token())
 
 
 def open_session(token: str) -> tuple[str, Principal] | None:
@@ -52,9 +57,10 @@ def _session_principal() -> Principal | None:
     session_id = request.cookies.get(SESSION_COOKIE, "")
     if not session_id or len(session_id) > _MAX_SESSION_ID:
         return None
-    return auth_service.ui_session_principal(
-        db_session(), session_id, bootstrap_token=_bootstrap_token()
-    )
+    with database().read_session() as session:
+        return auth_service.ui_session_principal(
+            session, session_id, bootstrap_token=_bootstrap_token()
+        )
 
 
 def _unauthorized(message: str, challenge: str) -> ApiError:

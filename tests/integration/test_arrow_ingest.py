@@ -4,7 +4,8 @@ backends)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -12,8 +13,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from flask.testing import FlaskClient
+from sqlalchemy import event
 
-from tests.integration.conftest import Auth, assert_envelope
+from service.db.database import READ_ONLY, Database
+from service.stream.arrow_stream import MAX_COLUMNS
+from service.stream.cohorts import MAX_KEYS
+from tests.integration.conftest import BACKEND, Auth, assert_envelope
 from tests.integration.test_stream import (
     _multiclass_contract,
     ok,
@@ -26,9 +31,11 @@ ARROW = "application/vnd.apache.arrow.stream"
 K = 3
 
 
-def encode(table: pa.Table | pa.RecordBatch, compression: str | None = None) -> bytes:
+def encode(
+    table: pa.Table | pa.RecordBatch, compression: str | None = None, legacy: bool = False
+) -> bytes:
     sink = pa.BufferOutputStream()
-    options = pa.ipc.IpcWriteOptions(compression=compression)
+    options = pa.ipc.IpcWriteOptions(compression=compression, use_legacy_format=legacy)
     with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
         writer.write(table)
     return sink.getvalue().to_pybytes()
@@ -255,3 +262,224 @@ def test_malformed_label_columns_are_refused(
     error = assert_envelope(send(client, auth, "/v1/labels", encode(pa.table(base | columns))), 422)
     assert [d["field"] for d in error["details"]] == [field]
     assert reading(client, auth, "glyphs")["n_labeled"] == 0
+
+
+def label_table(n: int = 40) -> pa.Table:
+    return pa.table(
+        {
+            "id": [f"a{i}" for i in range(n)],
+            "label": pa.array([i % K for i in range(n)], pa.int32()),
+            "ts": pa.array(_times(n), pa.timestamp("us", "UTC")),
+        }
+    )
+
+
+#: Per route: its table of 40 rows, and the reply's count of rows new to the database.
+ROUTES: dict[str, tuple[Callable[[], pa.Table], Callable[[dict[str, Any]], int]]] = {
+    "/v1/predictions": (prediction_table, lambda reply: reply["accepted"]),
+    "/v1/labels": (label_table, lambda reply: reply["pending"] + reply["joined"]),
+}
+AFTER_THE_STREAM: dict[str, Callable[[pa.Table], bytes]] = {
+    "a second stream": encode,
+    "one byte": lambda rest: b"\x00",
+    "an end-of-stream marker": lambda rest: b"\xff\xff\xff\xff\x00\x00\x00\x00",
+}
+
+
+@pytest.mark.parametrize("path", list(ROUTES))
+@pytest.mark.parametrize("after", list(AFTER_THE_STREAM))
+@pytest.mark.parametrize("legacy", [False, True], ids=["stream", "pre-0.15 stream"])
+def test_a_body_is_exactly_one_stream(
+    client: FlaskClient, auth: Auth, path: str, after: str, legacy: bool
+) -> None:
+    _multiclass_contract(client, auth)
+    build, new_rows = ROUTES[path]
+    table = build()
+    first = encode(table.slice(0, 15), legacy=legacy)
+    body = first + AFTER_THE_STREAM[after](table.slice(15))
+    error = assert_envelope(send(client, auth, path, body), 400)
+    assert [d["field"] for d in error["details"]] == ["(body)"]
+    assert f"from byte offset {len(first)}:" in error["message"], error
+    # Nothing of the refused body was stored: every row of the table is new.
+    assert new_rows(ok(send(client, auth, path, encode(table)))) == 40
+
+
+def test_a_stream_in_the_format_before_arrow_0_15_is_taken(client: FlaskClient, auth: Auth) -> None:
+    _multiclass_contract(client, auth)
+    body = encode(prediction_table(), legacy=True)
+    assert body.endswith(b"\x00\x00\x00\x00") and not body.endswith(b"\xff" * 4 + b"\x00" * 4)
+    assert ok(send(client, auth, "/v1/predictions", body))["accepted"] == 40
+
+
+def _cohort_keys(table: pa.Table, keys: int) -> pa.Table:
+    """``table`` with ``keys`` cohort key columns for ``region``, each row holding one key."""
+    table = table.drop_columns(["region"])
+    values = [
+        pa.array([f"v{i}" if i % keys == key else None for i in range(table.num_rows)], pa.string())
+        for key in range(keys)
+    ]
+    names = [*table.column_names, *(f"k{key}" for key in range(keys))]
+    return pa.Table.from_arrays([*table.columns, *values], names)
+
+
+def test_a_body_of_one_column_per_cohort_key_is_taken(client: FlaskClient, auth: Auth) -> None:
+    _multiclass_contract(client, auth)
+    table = _cohort_keys(prediction_table(), MAX_KEYS)
+    assert table.num_columns == MAX_COLUMNS
+    assert ok(send(client, auth, "/v1/predictions", encode(table)))["accepted"] == 40
+
+
+@pytest.mark.parametrize("path", list(ROUTES))
+@pytest.mark.parametrize("columns", [MAX_COLUMNS + 1, 20_000])
+def test_more_columns_than_a_body_holds_are_refused_from_the_schema(
+    client: FlaskClient, auth: Auth, path: str, columns: int
+) -> None:
+    _multiclass_contract(client, auth)
+    build, new_rows = ROUTES[path]
+    table = build()
+    if path == "/v1/predictions":
+        wide = _cohort_keys(table, columns - 3)
+    else:
+        extra = pa.array([None] * table.num_rows, pa.string())
+        names = [f"k{i}" for i in range(columns - 3)]
+        wide = pa.Table.from_arrays(
+            [*table.columns, *[extra] * len(names)], [*table.column_names, *names]
+        )
+    error = assert_envelope(send(client, auth, path, encode(wide)), 422)
+    assert error["details"] == [
+        {
+            "field": "(body)",
+            "message": f"at most {MAX_COLUMNS} columns (id, ts, logits or score and {MAX_KEYS}"
+            f" cohort keys), the schema has {columns}",
+        }
+    ]
+    assert new_rows(ok(send(client, auth, path, encode(table)))) == 40
+
+
+def test_a_repeated_column_name_is_refused_naming_it(client: FlaskClient, auth: Auth) -> None:
+    _multiclass_contract(client, auth)
+    table = prediction_table()
+    twice = table.append_column("region", table.column("region"))
+    error = assert_envelope(send(client, auth, "/v1/predictions", encode(twice)), 422)
+    assert [(d["field"], d["message"]) for d in error["details"]] == [
+        ("region", "the column appears more than once")
+    ]
+
+
+def test_dictionary_strings_decode_to_no_more_than_the_body_limit(
+    client: FlaskClient, auth: Auth
+) -> None:
+    _multiclass_contract(client, auth)
+    table = prediction_table()
+    long_value = pa.array(["x" * 500_000])
+    indices = pa.array([0] * table.num_rows, pa.int32())
+    region = pa.DictionaryArray.from_arrays(indices, long_value)
+    body = encode(table.set_column(3, "region", region))
+    assert len(body) < 1_000_000
+    error = assert_envelope(send(client, auth, "/v1/predictions", body), 422)
+    assert [d["field"] for d in error["details"]] == ["(body)"]
+    assert "decode to more than 16777216 bytes" in error["details"][0]["message"]
+
+
+def test_a_column_of_a_long_type_is_named_in_a_short_message(
+    client: FlaskClient, auth: Auth
+) -> None:
+    _multiclass_contract(client, auth)
+    table = prediction_table()
+    fields = [pa.array(range(table.num_rows), pa.int8())] * 2_000
+    region = pa.StructArray.from_arrays(fields, [f"field{i}" for i in range(len(fields))])
+    body = encode(table.set_column(3, "region", region))
+    error = assert_envelope(send(client, auth, "/v1/predictions", body), 422)
+    [detail] = error["details"]
+    assert detail["field"] == "region" and len(detail["message"]) < 200, detail
+
+
+@contextmanager
+def transactions(db: Database) -> Iterator[list[bool]]:
+    """Record every transaction begun on ``db`` meanwhile: True for a read session's (on SQLite
+    a deferred ``BEGIN``), False for any other (on SQLite ``BEGIN IMMEDIATE``, the write
+    lock)."""
+    began: list[bool] = []
+
+    def record(connection: Any) -> None:
+        began.append(bool(connection.get_execution_options().get(READ_ONLY)))
+
+    event.listen(db.engine, "begin", record)
+    try:
+        yield began
+    finally:
+        event.remove(db.engine, "begin", record)
+
+
+def _out_of_range_labels() -> bytes:
+    table = label_table()
+    return encode(table.set_column(1, "label", pa.array([K] * table.num_rows, pa.int32())))
+
+
+REFUSED: dict[str, tuple[str, Callable[[], bytes], int, str]] = {
+    "two streams": (
+        "/v1/predictions",
+        lambda: encode(prediction_table(20)) + encode(prediction_table(20)),
+        400,
+        "(body)",
+    ),
+    "too many columns": (
+        "/v1/predictions",
+        lambda: encode(_cohort_keys(prediction_table(), 40)),
+        422,
+        "(body)",
+    ),
+    "a NaN logit": (
+        "/v1/predictions",
+        lambda: _nan_logits(prediction_table()),
+        422,
+        "predictions[2].logits",
+    ),
+    "a class index past K": ("/v1/labels", _out_of_range_labels, 422, "labels[0].label"),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_a_refused_arrow_body_begins_no_write_transaction(
+    client: FlaskClient, auth: Auth, db: Database, case: str
+) -> None:
+    """The body is read and its rows validated before the request begins a write transaction
+    (on SQLite: before it takes the write lock), its stored token resolved in a read session."""
+    _multiclass_contract(client, auth)
+    path, build, status, field = REFUSED[case]
+    body = build()
+    auth.token("ingest")
+    with transactions(db) as began:
+        error = assert_envelope(send(client, auth, path, body), status)
+    assert error["details"][0]["field"] == field
+    assert began and all(began), began
+
+
+@pytest.mark.parametrize("path", list(ROUTES))
+def test_an_accepted_arrow_body_writes_in_one_transaction_after_reading(
+    client: FlaskClient, auth: Auth, db: Database, path: str
+) -> None:
+    _multiclass_contract(client, auth)
+    build, new_rows = ROUTES[path]
+    body = encode(build())
+    auth.token("ingest")
+    with transactions(db) as began:
+        assert new_rows(ok(send(client, auth, path, body))) == 40
+    assert began[-1] is False and began.count(False) == 1, began
+
+
+@pytest.mark.skipif(BACKEND != "sqlite", reason="SQLite's database-wide write lock")
+def test_a_refused_body_is_answered_while_another_writer_holds_the_lock(
+    client: FlaskClient, auth: Auth, db: Database
+) -> None:
+    """Without waiting for the write lock: before the request would wait out the busy timeout
+    and get a 503."""
+    _multiclass_contract(client, auth)
+    auth.token("ingest")
+    path, build, status, field = REFUSED["a NaN logit"]
+    with db.engine.connect() as writer:
+        writer.exec_driver_sql("SELECT 1")
+        assert writer.in_transaction()
+        error = assert_envelope(send(client, auth, path, build()), status)
+        writer.rollback()
+    assert error["details"][0]["field"] == field

@@ -83,18 +83,25 @@ def sql(db: Database, statement: str, **params: Any) -> None:
         connection.execute(text(statement), params)
 
 
-@pytest.fixture
-def keyed(app: Flask, database_url: str) -> Iterator[Flask]:
-    """A second app on the same database with ``CALMON_AUDIT_KEY`` set (``app`` wipes it)."""
+def keyed_app(database_url: str, keys: str = KEY) -> Flask:
+    """An app on ``database_url`` whose ``CALMON_AUDIT_KEY`` is ``keys``; the caller disposes
+    of its database."""
     application = create_app(
         {
             "database_url": database_url,
             "admin_token": ADMIN_TOKEN,
-            "audit_key": KEY,
+            "audit_key": keys,
             "refresh_in_service": False,
         }
     )
     application.config["TESTING"] = True
+    return application
+
+
+@pytest.fixture
+def keyed(app: Flask, database_url: str) -> Iterator[Flask]:
+    """A second app on the same database with ``CALMON_AUDIT_KEY`` set (``app`` wipes it)."""
+    application = keyed_app(database_url)
     try:
         yield application
     finally:
@@ -231,17 +238,11 @@ def test_with_the_key_a_rewritten_chain_fails(
 def test_older_keys_still_verify_their_segments(
     client: FlaskClient, app: Flask, database_url: str
 ) -> None:
-    def keyed_app(keys: str) -> Flask:
-        return create_app(
-            {
-                "database_url": database_url,
-                "admin_token": ADMIN_TOKEN,
-                "audit_key": keys,
-                "refresh_in_service": False,
-            }
-        )
-
-    old, rotated, new_only = keyed_app(OLD_KEY), keyed_app(f"{KEY},{OLD_KEY}"), keyed_app(KEY)
+    old, rotated, new_only = (
+        keyed_app(database_url, OLD_KEY),
+        keyed_app(database_url, f"{KEY},{OLD_KEY}"),
+        keyed_app(database_url, KEY),
+    )
     try:
         sealed(old)
         fitted(old.test_client(), ADMIN, "a")

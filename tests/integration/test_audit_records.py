@@ -16,7 +16,6 @@ from flask import Flask
 from flask.testing import FlaskClient
 from jsonschema import Draft202012Validator
 
-from service import create_app
 from service.audit.head import KeyedHead
 from service.audit.head_store import read_head, write_head
 from service.audit.records import LISTED_PROBLEMS
@@ -32,7 +31,7 @@ from service.gate.store import GateDecision, insert_decision
 from service.web.routes import api_document
 from tests.integration.conftest import ADMIN_TOKEN
 from tests.integration.factories import fit_body, registration_body
-from tests.integration.test_audit import KEY, rehash, sql
+from tests.integration.test_audit import KEY, keyed_app, rehash, sql
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
@@ -91,15 +90,7 @@ def history(client: FlaskClient) -> dict[str, Any]:
 def keyed(app: Flask, database_url: str) -> Iterator[Flask]:
     """A second app on the same database under ``CALMON_AUDIT_KEY``, its log sealed (what
     ``calmon migrate`` does): a keyed segment and a keyed head."""
-    application = create_app(
-        {
-            "database_url": database_url,
-            "admin_token": ADMIN_TOKEN,
-            "audit_key": KEY,
-            "refresh_in_service": False,
-        }
-    )
-    application.config["TESTING"] = True
+    application = keyed_app(database_url)
     database: Database = application.extensions["calmon.database"]
     with database.session() as session:
         assert seal(session, actor="tests", now=utcnow())
@@ -393,50 +384,68 @@ def test_a_keyed_log_truncated_at_the_end_is_found(
     assert verify(signer)["valid"] is False, "the next append does not cover it up"
 
 
-def test_migrate_writes_a_missing_keyed_head_only_for_a_chain_that_verifies(
+def test_migrate_writes_the_first_keyed_head_only_for_a_chain_that_verifies(
+    client: FlaskClient,
+    db: Database,
+    database_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``calmon migrate`` under a new key starts the keyed segment of a plain log and writes
+    its keyed head, but only over a chain that verifies (a head would otherwise vouch for the
+    tampering)."""
+    fitted(client)
+    actor = fitted(client)["created_by"]
+    sql(db, "UPDATE audit_events SET actor = 'someone-else' WHERE seq = 2")
+    monkeypatch.setenv("CALMON_DATABASE_URL", database_url)
+    monkeypatch.setenv("CALMON_AUDIT_KEY", KEY)
+    assert main(["migrate"]) == 0
+    err = capsys.readouterr().err
+    assert "no keyed audit head is written: the audit chain does not verify (seq 2" in err
+    with db.session() as session:
+        assert read_head(session) is None
+
+    sql(db, "UPDATE audit_events SET actor = :a WHERE seq = 2", a=actor)
+    assert main(["migrate"]) == 0
+    assert "no keyed audit head is written: the log has keyed events but no keyed head" in (
+        capsys.readouterr().err
+    ), "the segment the first run started makes the log keyed: repaired, it needs a reseal"
+    assert main(["audit", "reseal", "--i-know"]) == 0
+    assert main(["audit", "verify"]) == 0
+
+
+def test_a_log_keyed_without_a_head_is_sealed_by_reseal_only(
     app: Flask,
     db: Database,
     database_url: str,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """A log keyed before calmon kept a keyed head has a keyed segment and no head: it is
-    reported until ``calmon migrate`` writes the head, which it does only for a chain that
-    verifies (a head would otherwise vouch for the tampering)."""
-    unsealed = create_app(
-        {
-            "database_url": database_url,
-            "admin_token": ADMIN_TOKEN,
-            "audit_key": KEY,
-            "refresh_in_service": False,
-        }
-    )
+    """Keyed events without a keyed head (written by a keyed process before ``calmon
+    migrate`` ran, or before calmon kept a head) look like a head deleted after a truncation:
+    ``calmon migrate`` leaves the log invalid, ``calmon audit reseal --i-know`` seals it."""
+    unsealed = keyed_app(database_url)
     try:
         signer = unsealed.test_client()
         fitted(signer)
         problem = only_problem(verify(signer))
-        assert (
-            problem["check"] == "keyed_head" and "`calmon migrate` writes it" in problem["problem"]
-        )
+        assert problem["check"] == "keyed_head"
+        assert "`calmon audit reseal --i-know` writes one over it" in problem["problem"]
 
         monkeypatch.setenv("CALMON_DATABASE_URL", database_url)
         monkeypatch.setenv("CALMON_AUDIT_KEY", KEY)
         assert main(["migrate"]) == 0
-        assert "the keyed audit head now vouches for the 2 events up to seq 2" in (
+        assert "the log has keyed events but no keyed head" in capsys.readouterr().err
+        assert only_problem(verify(signer))["check"] == "keyed_head"
+
+        assert main(["audit", "reseal", "--i-know"]) == 0
+        assert "the keyed head now vouches for the 3 events up to seq 3" in (
             capsys.readouterr().err
         )
         assert verify(signer)["valid"] is True
         fitted(signer, "later")
-        assert verify(signer)["keyed_head"]["events"] == 3, "appends advance it"
+        assert verify(signer)["keyed_head"]["events"] == 4, "appends advance it"
         assert main(["migrate"]) == 0
-        assert "keyed audit head" not in capsys.readouterr().err, "written once"
-
-        sql(db, "UPDATE audit_events SET actor = 'someone-else' WHERE seq = 2")
-        sql(db, "DELETE FROM audit_head")
-        assert main(["migrate"]) == 0
-        err = capsys.readouterr().err
-        assert "no keyed audit head is written: the audit chain does not verify (seq 2" in err
-        with db.session() as session:
-            assert read_head(session) is None
+        assert "keyed audit head" not in capsys.readouterr().err
     finally:
         unsealed.extensions["calmon.database"].dispose()

@@ -1,12 +1,14 @@
 """The Python client against a real ``calmon serve``: logging in the background as Arrow, the
-synchronous calls' typed results, the full-queue policies, and a service killed and restarted
-under a logging client losing nothing (both backends)."""
+synchronous calls' typed results, the full-queue policies, a service killed and restarted
+under a logging client losing nothing, and a script ending without ``close()`` having its rows
+flushed or their loss reported (both backends)."""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -24,12 +26,46 @@ from tests.integration.conftest import ADMIN_TOKEN, fresh_database
 from tests.integration.factories import fit_body
 from tests.integration.test_served import CALMON, free_port, serving_fresh, wait_until
 
+#: A script that logs 3,000 predictions and ends without ``close()``. It imports no pandas
+#: itself; pyarrow imports it (installed with the tests) on its first conversion.
+EXITING_SCRIPT = """
+import sys
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+
+from service.client import Calmon
+
+url, token, close_timeout = sys.argv[1], sys.argv[2], float(sys.argv[3])
+calmon = Calmon(url, token, model="glyphs", max_delay=60, close_timeout=close_timeout)
+logits = np.random.default_rng(4).normal(size=(3_000, 3))
+ts = datetime.now(UTC) - timedelta(minutes=5)
+for part in range(3):
+    ids = [f"exit-{part}-{i}" for i in range(1_000)]
+    calmon.log_predictions(ids, logits[part * 1_000 : (part + 1) * 1_000], ts)
+"""
+
 
 def _logits(n: int, seed: int) -> np.ndarray:
     return np.round(np.random.default_rng(seed).normal(size=(n, 3)) * 2, 6)
 
 
-def test_logging_and_the_synchronous_calls(tmp_path: Path) -> None:
+class _ClosedColumn:
+    """A lazily read column whose source was closed after the logging call returned."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: object) -> str:
+        raise OSError("column source closed")
+
+
+def test_logging_and_the_synchronous_calls(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with serving_fresh(tmp_path) as server:
         calmon = Calmon(server.url, ADMIN_TOKEN, model="glyphs", batch_size=300, max_delay=0.2)
         contract = calmon.fit(fit_body("glyphs"))
@@ -76,6 +112,17 @@ def test_logging_and_the_synchronous_calls(tmp_path: Path) -> None:
         calmon.log_labels(["c1"], ["no such class"])
         assert calmon.flush(timeout=30)
         assert calmon.stats.rejected == 1 and "label" in (calmon.stats.last_error or "")
+        # An error while the thread reads a call drops that batch, counted and reported; the
+        # thread goes on with the next one.
+        capsys.readouterr()
+        assert calmon.log_predictions(_ClosedColumn(3), _logits(3, 4)) == 3
+        assert calmon.flush(timeout=30)
+        assert calmon.stats.dropped == 3 and "OSError" in (calmon.stats.last_error or "")
+        err = capsys.readouterr().err
+        assert "3 rows for model 'glyphs' dropped: sending them failed (OSError" in err, err
+        calmon.log_predictions(["after"], _logits(1, 5))
+        assert calmon.flush(timeout=30)
+        assert calmon.stats.sent == 2 * n + 1
         assert calmon.close()
 
 
@@ -100,6 +147,38 @@ def test_a_full_queue_drops_and_counts_or_blocks() -> None:
     assert blocking.stats.dropped == 101
     with pytest.raises(ValueError, match="logits_or_scores"):
         blocking.log_predictions(["a", "b"], np.zeros(3))
+
+
+def _run_exiting_script(
+    tmp_path: Path, url: str, close_timeout: float
+) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "exiting.py"
+    script.write_text(EXITING_SCRIPT)
+    return subprocess.run(
+        [sys.executable, str(script), url, ADMIN_TOKEN, str(close_timeout)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_rows_logged_before_exit_are_flushed_at_exit(tmp_path: Path) -> None:
+    with serving_fresh(tmp_path) as server, Calmon(server.url, ADMIN_TOKEN) as probe:
+        probe.fit(fit_body("glyphs"))
+        ended = _run_exiting_script(tmp_path, server.url, close_timeout=60)
+        assert ended.returncode == 0 and ended.stderr == "", ended.stderr
+        assert probe.calibration("glyphs", window="24h").n_predictions == 3_000
+
+
+def test_rows_an_unreachable_service_never_got_are_reported_at_exit(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    started = time.monotonic()
+    ended = _run_exiting_script(tmp_path, url, close_timeout=1)
+    assert time.monotonic() - started < 30
+    assert ended.returncode == 0
+    reported = "calmon client: at exit, 3000 of 3000 rows logged for model 'glyphs' were not stored"
+    assert reported in ended.stderr, ended.stderr
+    assert "3000 dropped" in ended.stderr and "unreachable" in ended.stderr
 
 
 @contextmanager

@@ -330,14 +330,14 @@ def test_writes_go_on_while_the_refresher_computes_readings(
     _multiclass_contract(client, auth, model="busy")
     _send_predictions(client, auth, "busy", recent_rows(10, seed=4, prefix="b"))
     entered, release = threading.Event(), threading.Event()
-    original = refresher_module.calibration_reading
+    original = refresher_module.calibration_readings
 
     def slow(*args: Any, **kwargs: Any) -> Any:
         entered.set()
         release.wait(60)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(refresher_module, "calibration_reading", slow)
+    monkeypatch.setattr(refresher_module, "calibration_readings", slow)
     worker = threading.Thread(target=refresh_all, args=(db, settings))
     worker.start()
     try:

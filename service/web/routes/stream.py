@@ -35,7 +35,7 @@ from service.stream.windows import (
 from service.web.arrow_body import arrow_batch_body, is_arrow
 from service.web.auth import requires
 from service.web.bodies import json_batch_body
-from service.web.db_session import db_session
+from service.web.db_session import database, db_session
 from service.web.operations import ARROW_STREAM, CSV, JSON, operation
 from service.web.queries import (
     NameParam,
@@ -90,7 +90,7 @@ def predictions() -> Response:
         query = ArrowPredictionsQuery.parse()
         table = arrow_batch_body()
         result = ingestion.ingest_arrow_predictions(
-            db_session(), query.model, query.contract_id, table, _settings(), utcnow()
+            database(), db_session(), query.model, query.contract_id, table, _settings(), utcnow()
         )
     else:
         NoQuery.parse()
@@ -118,7 +118,7 @@ def labels() -> Response:
         query = ArrowLabelsQuery.parse()
         table = arrow_batch_body()
         result = ingestion.ingest_arrow_labels(
-            db_session(), query.model, table, _settings(), utcnow()
+            database(), db_session(), query.model, table, _settings(), utcnow()
         )
     else:
         NoQuery.parse()

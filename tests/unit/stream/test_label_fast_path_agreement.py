@@ -58,7 +58,7 @@ def label_batches(draw: st.DrawFn) -> list[Any]:
             items[i] = draw(JSON_ANY)
         elif not isinstance(items[i], dict):
             continue
-        elif how == "drop":
+        elif how == "drop" and items[i]:
             items[i].pop(draw(st.sampled_from(sorted(items[i]))))
         elif how == "extra":
             items[i][draw(st.sampled_from(["score", "extra", "cohort"]))] = draw(JSON_ANY)
