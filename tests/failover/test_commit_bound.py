@@ -35,7 +35,14 @@ def stalled() -> Iterator[tuple[Flask, str]]:
         with psycopg.connect(url.replace("postgresql://", "postgres://"), autocommit=True) as c:
             c.execute("ALTER SYSTEM SET synchronous_standby_names = 'never_connects'")
             c.execute("SELECT pg_reload_conf()")
-        app = create_app({"database_url": url, "admin_token": ADMIN_TOKEN, "commit_seconds": 1})
+        app = create_app(
+            {
+                "database_url": url,
+                "admin_token": ADMIN_TOKEN,
+                "commit_seconds": 1,
+                "log_level": "WARNING",
+            }
+        )
         try:
             yield app, url
         finally:
