@@ -117,7 +117,11 @@ class Network:
         ip("link", "set", self._veth("f", name), "up")
 
     def remove(self) -> None:
+        """Delete the veth pairs, the namespaces and the bridges (a namespace can outlive its
+        deletion while the kernel still holds it, and its veth pairs with it)."""
         for name in self.hosts:
+            for kind in ("f", "c"):
+                subprocess.run(["ip", "link", "del", self._veth(kind, name)], capture_output=True)
             subprocess.run(["ip", "netns", "del", self.namespace(name)], capture_output=True)
         for kind in ("f", "c"):
             subprocess.run(["ip", "link", "del", self._bridge(kind)], capture_output=True)
