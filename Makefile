@@ -32,13 +32,15 @@ lint: $(BIN)/activate
 
 test: lint
 	@echo "== pytest on SQLite =="
-	CALMON_TEST_BACKEND=sqlite $(BIN)/python -m pytest
+	CALMON_TEST_BACKEND=sqlite $(BIN)/python -m pytest --ignore=tests/failover
 	@if [ -n "$$CALMON_TEST_DATABASE_URL" ]; then \
 		echo "== pytest on PostgreSQL ($$CALMON_TEST_DATABASE_URL) =="; \
 		CALMON_TEST_BACKEND=postgresql $(BIN)/python -m pytest tests/integration; \
 	else \
 		echo "== PostgreSQL skipped: CALMON_TEST_DATABASE_URL is not set (.ci/run sets it) =="; \
 	fi
+	@echo "== failover: calmon on pg_auto_failover formations of its own (root, pg_autoctl) =="
+	$(BIN)/python -m pytest tests/failover -s
 
 migrate: $(BIN)/activate
 	$(BIN)/calmon migrate

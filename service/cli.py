@@ -26,7 +26,7 @@ def _database(settings: Settings) -> Database:
     from service.audit.store import bind_keyring
     from service.db.database import Database
 
-    db = Database(settings.database_url)
+    db = Database(settings.database_url, commit_seconds=settings.commit_seconds)
     bind_keyring(db.sessions, AuditKeyring.from_setting(settings.audit_key))
     return db
 

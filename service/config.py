@@ -47,6 +47,8 @@ class Settings:
     ``deploy/gunicorn.conf.py`` listen on and run when not told otherwise;
     ``metrics_dir`` is the directory the gunicorn workers share their metric files in (a fresh
     temporary one when unset);
+    ``commit_seconds`` is the longest calmon waits for a PostgreSQL COMMIT (a synchronous
+    standby's confirmation) before it cancels the wait and answers 503 (``service.db.failover``);
     ``token`` is the bearer token ``calmon gate``, ``fit`` and ``demo`` send without ``--token``.
     """
 
@@ -68,6 +70,7 @@ class Settings:
     threads: int = 4
     metrics_dir: str | None = field(default=None, metadata={"env": "PROMETHEUS_MULTIPROC_DIR"})
     token: str | None = None
+    commit_seconds: float = 10.0
 
 
 _POSITIVE_INTS = (
@@ -118,7 +121,7 @@ def _coerce(name: str, raw: Any) -> Any:
         raise ValueError(f"expected true or false, got {raw!r}")
     if name in _POSITIVE_INTS:
         return _positive_int(raw.strip() if isinstance(raw, str) else raw)
-    if name == "refresh_seconds":
+    if name in ("refresh_seconds", "commit_seconds"):
         value = float(raw)
         if not value > 0:
             raise ValueError(f"must be positive, got {raw!r}")

@@ -16,15 +16,18 @@ most ``close_timeout`` seconds and reports on stderr the rows that were not stor
 
 from __future__ import annotations
 
+import socket
 import threading
+import time
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
 
 from service.client.columns import pending, prepare
 from service.client.results import Contract, GateDecision, History, Reading, RequestFailed
-from service.client.sender import Sender, SenderStats
-from service.client.transport import Transport
+from service.client.sender import RETRIED_STATUSES, Sender, SenderStats
+from service.client.transport import Transport, Unreachable
 
 
 class Calmon:
@@ -36,6 +39,13 @@ class Calmon:
     dropped and counted (``"drop"``). ``timeout``: seconds per HTTP request.
     ``close_timeout``: seconds ``close`` (and the flush at interpreter exit) waits for the rows
     still queued before it counts them as dropped.
+
+    The writes ``fit``, ``register``, ``retire`` and ``gate`` send a fresh ``Idempotency-Key``
+    and, after a 429, 502, 503 or 504 reply or a connection lost with the request under way
+    (its outcome unknown; a refused connection is not retried), send the same request with the
+    same key again, with the same backoff as the sender, for at most ``retry_seconds``: the
+    service makes the write once and answers the retry with its result. ``write_retries``
+    counts those second sendings.
     """
 
     def __init__(
@@ -52,6 +62,7 @@ class Calmon:
         backoff: float = 0.2,
         max_backoff: float = 10.0,
         close_timeout: float = 30.0,
+        retry_seconds: float = 120.0,
     ) -> None:
         self.url, self.model = url.rstrip("/"), model
         self._token, self._timeout = token, timeout
@@ -69,6 +80,9 @@ class Calmon:
         }
         if when_full not in ("block", "drop"):
             raise ValueError("when_full is 'block' or 'drop'")
+        self._backoff, self._max_backoff = backoff, max_backoff
+        self._retry_seconds = retry_seconds
+        self.write_retries = 0
         self._lock = threading.Lock()
         self._call_transports: list[Transport] = []
         if model is not None:
@@ -157,16 +171,41 @@ class Calmon:
 
     # -- synchronous calls -----------------------------------------------------------------
 
-    def _call(self, method: str, path: str, body: Any = None, ok: tuple[int, ...] = (200,)) -> Any:
+    def _call_transport(self) -> Transport:
         transport = getattr(self._local, "transport", None)
         if transport is None:
             transport = self._local.transport = self._transport()
             with self._lock:
                 self._call_transports.append(transport)
-        status, reply = transport.json(method, path, body)
+        return transport
+
+    def _call(self, method: str, path: str, body: Any = None, ok: tuple[int, ...] = (200,)) -> Any:
+        status, reply = self._call_transport().json(method, path, body)
         if status not in ok:
             raise RequestFailed(status, reply)
         return reply
+
+    def _write(self, path: str, body: Any, ok: tuple[int, ...]) -> Any:
+        """POST an audited write with a fresh ``Idempotency-Key``, sent again with that key
+        while the reply says to retry or the connection is lost (see the class docstring)."""
+        headers = {"Idempotency-Key": uuid.uuid4().hex}
+        deadline = time.monotonic() + self._retry_seconds
+        attempt = 0
+        while True:
+            try:
+                status, reply = self._call_transport().json("POST", path, body, headers)
+            except Unreachable as exc:
+                if _never_sent(exc) or time.monotonic() >= deadline:
+                    raise
+            else:
+                if status in ok:
+                    return reply
+                if status not in RETRIED_STATUSES or time.monotonic() >= deadline:
+                    raise RequestFailed(status, reply)
+            with self._lock:
+                self.write_retries += 1
+            time.sleep(min(self._max_backoff, self._backoff * 2**attempt))
+            attempt += 1
 
     def _model(self, model: str | None) -> str:
         chosen = model or self.model
@@ -177,11 +216,11 @@ class Calmon:
     def fit(self, body: Mapping[str, Any]) -> Contract:
         """``POST /v1/contracts/fit``: the service fits the calibrator and measures the
         baseline on the sets in ``body``; the registered contract."""
-        return Contract.of(self._call("POST", "/v1/contracts/fit", dict(body), (201,)))
+        return Contract.of(self._write("/v1/contracts/fit", dict(body), (201,)))
 
     def register(self, body: Mapping[str, Any]) -> Contract:
         """``POST /v1/contracts``: register a contract fitted elsewhere."""
-        return Contract.of(self._call("POST", "/v1/contracts", dict(body), (201,)))
+        return Contract.of(self._write("/v1/contracts", dict(body), (201,)))
 
     def contract(self, model: str | None = None) -> Contract:
         """``GET /v1/models/{model}/contract``: the active contract (``RequestFailed`` 404
@@ -216,7 +255,18 @@ class Calmon:
         body: dict[str, Any] = {"contract_id": contract_id}
         if policy is not None:
             body["policy"] = dict(policy)
-        return GateDecision.of(self._call("POST", "/v1/gate", body, (201,)))
+        return GateDecision.of(self._write("/v1/gate", body, (201,)))
+
+    def retire(self, contract_id: str, reason: str) -> Contract:
+        """``POST /v1/contracts/{id}/retire``: retire a contract (an admin token)."""
+        path = f"/v1/contracts/{quote(contract_id, safe='')}/retire"
+        return Contract.of(self._write(path, {"reason": reason}, (200,)))
+
+
+def _never_sent(exc: Unreachable) -> bool:
+    """Whether the request cannot have reached the service (nothing listens, the name does not
+    resolve): nothing to repeat."""
+    return isinstance(exc.__cause__, ConnectionRefusedError | socket.gaierror)
 
 
 def _slice(value: Any, start: int, end: int) -> Any:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import http.client
 import json
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -45,13 +46,18 @@ class Transport:
             self._conn = None
 
     def request(
-        self, method: str, path: str, body: bytes | None = None, content_type: str = JSON
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        content_type: str = JSON,
+        headers: Mapping[str, str] | None = None,
     ) -> tuple[int, Any]:
         """Send one request; the reply's status and decoded JSON body (text for non-JSON).
 
         A kept-alive connection the server closed while idle (gunicorn's sync workers close
         each one after its reply) is opened anew and the request sent on it once more."""
-        headers = {"Authorization": f"Bearer {self._token}", "Accept": JSON}
+        headers = {"Authorization": f"Bearer {self._token}", "Accept": JSON, **(headers or {})}
         if body is not None:
             headers["Content-Type"] = content_type
         reused = self._conn is not None
@@ -87,7 +93,9 @@ class Transport:
             self.close()
         return response.status, response.getheader("Content-Type", ""), raw
 
-    def json(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    def json(
+        self, method: str, path: str, body: Any = None, headers: Mapping[str, str] | None = None
+    ) -> tuple[int, Any]:
         """``request`` with a JSON body (None: no body)."""
         data = None if body is None else json.dumps(body).encode()
-        return self.request(method, path, data)
+        return self.request(method, path, data, headers=headers)

@@ -10,9 +10,11 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from service.audit import request_keys
 from service.audit import store as audit
 from service.audit.chain import retirement_document, retirement_sha256
 from service.audit.records import contract_problems
+from service.audit.request_keys import RequestKey
 from service.calibration.calibrators import bound_warning
 from service.common.clock import utcnow
 from service.common.errors import Conflict, NotFound
@@ -29,13 +31,22 @@ from service.contracts.store import claim_next_version, insert_contract
 
 
 def register_contract(
-    session: Session, spec: ContractSpec, *, actor: str, event: str = "contract_registered"
+    session: Session,
+    spec: ContractSpec,
+    *,
+    actor: str,
+    event: str = "contract_registered",
+    request_key: RequestKey | None = None,
 ) -> Contract:
     """Store ``spec`` as the model's next version with its content hash; audit it; commit.
 
     The event's type records where the baseline came from: ``contract_fitted`` when calmon
     measured it (``fit_contract``), ``contract_registered`` when the registrant supplied it.
+    A request whose ``request_key`` was stored before gets that contract back, unchanged.
     """
+    prior = _prior_contract(session, request_key)
+    if prior is not None:
+        return prior
     now = utcnow()
     version = claim_next_version(session, spec.model, now)
     contract_id = str(uuid.uuid4())
@@ -62,15 +73,42 @@ def register_contract(
             "baseline_source": "measured" if event == "contract_fitted" else "supplied",
         },
     )
+    request_keys.remember(session, request_key, contract_id, now)
     session.commit()
     return contract
 
 
-def fit_contract(session: Session, request: FitRequest, *, actor: str) -> Contract:
-    """Fit the calibrator on the fit set, measure the baseline on both sets, and register it."""
+def fit_contract(
+    session: Session,
+    request: FitRequest,
+    *,
+    actor: str,
+    request_key: RequestKey | None = None,
+) -> Contract:
+    """Fit the calibrator on the fit set, measure the baseline on both sets, and register it
+    (a request whose ``request_key`` was stored before gets that contract, without a fit)."""
+    prior = _prior_contract(session, request_key)
+    if prior is not None:
+        return prior
     return register_contract(
-        session, fit_contract_spec(request), actor=actor, event="contract_fitted"
+        session,
+        fit_contract_spec(request),
+        actor=actor,
+        event="contract_fitted",
+        request_key=request_key,
     )
+
+
+def _prior_contract(session: Session, request_key: RequestKey | None) -> Contract | None:
+    """The contract the request named by ``request_key`` made or retired before, or None.
+    A replay commits too: on PostgreSQL the reply then waits, as the first one would have, until
+    what it reports is on the standby (``service.db.failover``)."""
+    prior = request_keys.prior_result(session, request_key)
+    if prior is None:
+        return None
+    contract = find_contract(session, prior)
+    session.commit()
+    return contract
 
 
 def contract_warnings(contract: Contract) -> list[str]:
@@ -126,8 +164,19 @@ def verify_contract(session: Session, contract_id: str) -> dict[str, Any]:
 stored_contracts = contracts_store.stored_contracts
 
 
-def retire_contract(session: Session, contract_id: str, *, reason: str, actor: str) -> Contract:
-    """Record the retirement event (the contract itself never changes); 409 if already retired."""
+def retire_contract(
+    session: Session,
+    contract_id: str,
+    *,
+    reason: str,
+    actor: str,
+    request_key: RequestKey | None = None,
+) -> Contract:
+    """Record the retirement event (the contract itself never changes); 409 if already retired,
+    unless by this very request (``request_key``), which gets the retired contract back."""
+    prior = _prior_contract(session, request_key)
+    if prior is not None:
+        return prior
     contract = find_contract(session, contract_id)
     if contract.retirement is not None:
         raise Conflict(
@@ -153,6 +202,7 @@ def retire_contract(session: Session, contract_id: str, *, reason: str, actor: s
             "retirement_sha256": retirement_sha256(retirement),
         },
     )
+    request_keys.remember(session, request_key, contract_id, now)
     session.commit()
     return find_contract(session, contract_id)
 

@@ -12,6 +12,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.db.backend import backend_of
+from service.db.failover import DEFAULT_COMMIT_SECONDS, configure_failover, connect_args
 from service.db.types import lenient_json_loads
 
 SQLITE_BUSY_TIMEOUT_SECONDS = 30
@@ -20,11 +21,26 @@ READ_ONLY = "calmon_read_only"
 
 
 def _normalise_url(url: str) -> str:
-    """Use psycopg 3 for plain ``postgresql://`` URLs."""
-    parsed = make_url(url)
+    """Use psycopg 3 for plain ``postgresql://`` URLs, and turn the hosts of a libpq multi-host
+    URI (``postgres://h1:5432,h2:5432/db``, as ``pg_autoctl show uri`` prints it) into the
+    ``host`` query parameters SQLAlchemy takes."""
+    parsed = make_url(_libpq_hosts_as_query(url))
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed.render_as_string(hide_password=False)
+
+
+def _libpq_hosts_as_query(url: str) -> str:
+    """``scheme://user@h1:p1,h2:p2/db?q`` as ``scheme://user@/db?host=h1:p1&host=h2:p2&q``; any
+    other URL as it is."""
+    scheme, sep, rest = url.partition("://")
+    authority, _, tail = rest.partition("/")
+    userinfo, at, hostlist = authority.rpartition("@")
+    if not sep or "," not in hostlist:
+        return url
+    path, _, query = tail.partition("?")
+    hosts = "&".join(f"host={h}" for h in hostlist.split(","))
+    return f"{scheme}://{userinfo}{at}/{path}?{hosts}{'&' + query if query else ''}"
 
 
 def _configure_sqlite(engine: Engine) -> None:
@@ -70,8 +86,13 @@ def _configure_postgresql(engine: Engine) -> None:
         dbapi_connection.commit()
 
 
-def make_engine(url: str, **kwargs: Any) -> Engine:
-    """Create an engine for ``url`` (SQLite file or PostgreSQL), creating a SQLite file's folder."""
+def make_engine(
+    url: str, *, commit_seconds: float = DEFAULT_COMMIT_SECONDS, **kwargs: Any
+) -> Engine:
+    """Create an engine for ``url`` (SQLite file or PostgreSQL), creating a SQLite file's folder.
+
+    On PostgreSQL a commit is bounded by ``commit_seconds`` and a connection is discarded when
+    its server is lost or takes no writes (``service.db.failover``)."""
     url = _normalise_url(url)
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
@@ -85,8 +106,10 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     kwargs.setdefault("pool_pre_ping", True)
     kwargs.setdefault("pool_size", 5)
     kwargs.setdefault("max_overflow", 10)
+    kwargs["connect_args"] = {**connect_args(parsed), **kwargs.get("connect_args", {})}
     engine = create_engine(url, **kwargs)
     _configure_postgresql(engine)
+    configure_failover(engine, commit_seconds)
     return engine
 
 

@@ -454,3 +454,17 @@ class MaintenanceTask(Base):
 
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     requested_at: Mapped[datetime]
+
+
+class RequestKeyRecord(Base):
+    """An ``Idempotency-Key`` a client sent with an audited write, and what that write made:
+    the same key sent again gets the same result instead of a second write
+    (``service.audit.request_keys``)."""
+
+    __tablename__ = "request_keys"
+
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    operation: Mapped[str] = mapped_column(String(64))
+    request_sha256: Mapped[str] = mapped_column(String(64))
+    result_id: Mapped[str] = mapped_column(String(36))
+    created_at: Mapped[datetime]

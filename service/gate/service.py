@@ -6,7 +6,9 @@ import uuid
 
 from sqlalchemy.orm import Session
 
+from service.audit import request_keys
 from service.audit import store as audit
+from service.audit.request_keys import RequestKey
 from service.common.clock import utcnow
 from service.contracts.service import baseline_source, find_contract
 from service.gate import store as gates_store
@@ -15,8 +17,23 @@ from service.gate.requests import GateRequest
 from service.gate.store import GateDecision
 
 
-def decide_gate(session: Session, request: GateRequest, *, actor: str) -> GateDecision:
-    """Evaluate the contract against the policy, store the decision with its evidence, audit it."""
+def decide_gate(
+    session: Session,
+    request: GateRequest,
+    *,
+    actor: str,
+    request_key: RequestKey | None = None,
+) -> GateDecision:
+    """Evaluate the contract against the policy, store the decision with its evidence, audit it.
+
+    A request whose ``request_key`` was decided before gets that decision back, unchanged
+    (committed, so that on PostgreSQL the reply waits until the decision is on the standby)."""
+    prior = request_keys.prior_result(session, request_key)
+    if prior is not None:
+        stored = gates_store.find_decision(session, prior)
+        if stored is not None:
+            session.commit()
+            return stored
     contract = find_contract(session, request.contract_id)
     outcome = evaluate_gate(contract, request, baseline_source(session, contract))
     now = utcnow()
@@ -50,6 +67,7 @@ def decide_gate(session: Session, request: GateRequest, *, actor: str) -> GateDe
             "policy_sha256": decision.policy_sha256,
         },
     )
+    request_keys.remember(session, request_key, decision.id, now)
     session.commit()
     return decision
 

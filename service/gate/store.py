@@ -63,20 +63,29 @@ def list_decisions(
         query = query.where(GateDecisionRecord.contract_id == contract_id)
     if before_seq is not None:
         query = query.where(GateDecisionRecord.seq < before_seq)
-    return [
-        GateDecision(
-            r.seq,
-            r.id,
-            r.contract_id,
-            r.model,
-            r.decided_at,
-            r.decided_by,
-            r.decision,
-            dict(r.policy),
-            list(r.checks),
-            dict(r.evidence),
-            r.policy_sha256,
-            r.evidence_sha256,
-        )
-        for r in session.scalars(query)
-    ]
+    return [_to_decision(r) for r in session.scalars(query)]
+
+
+def find_decision(session: Session, decision_id: str) -> GateDecision | None:
+    """The decision with id ``decision_id``, or None."""
+    row = session.scalars(
+        select(GateDecisionRecord).where(GateDecisionRecord.id == decision_id)
+    ).one_or_none()
+    return None if row is None else _to_decision(row)
+
+
+def _to_decision(r: GateDecisionRecord) -> GateDecision:
+    return GateDecision(
+        r.seq,
+        r.id,
+        r.contract_id,
+        r.model,
+        r.decided_at,
+        r.decided_by,
+        r.decision,
+        dict(r.policy),
+        list(r.checks),
+        dict(r.evidence),
+        r.policy_sha256,
+        r.evidence_sha256,
+    )

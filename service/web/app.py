@@ -11,6 +11,7 @@ from service.audit.chain import AuditKeyring
 from service.audit.store import bind_keyring
 from service.config import Settings, load_settings
 from service.db.database import Database
+from service.db.failover import log_durability
 from service.export.refresher import Refresher
 from service.logging import configure_logging
 from service.web.body_limit import BoundedRequest
@@ -38,7 +39,7 @@ def create_app(config: Mapping[str, Any] | Settings | None = None) -> Flask:
         JSON_SORT_KEYS=False,
     )
     app.json.sort_keys = False  # type: ignore[attr-defined]
-    database = Database(settings.database_url)
+    database = Database(settings.database_url, commit_seconds=settings.commit_seconds)
     bind_keyring(database.sessions, AuditKeyring.from_setting(settings.audit_key))
     app.extensions["calmon.database"] = database
     init_session_handling(app)
@@ -51,4 +52,5 @@ def create_app(config: Mapping[str, Any] | Settings | None = None) -> Flask:
     app.extensions["calmon.refresher"] = refresher
     if settings.refresh_in_service:
         refresher.start()
+    log_durability(database.engine)
     return app

@@ -40,6 +40,8 @@ class Status(Reply):
 
     status: str
     database: str | MISSING = MISSING
+    #: Why an acknowledged write might not survive a failover (``service.db.failover``).
+    warnings: list[str] | MISSING = MISSING
 
 
 def reply(

@@ -27,6 +27,7 @@ from service.web.queries import (
     encode_cursor,
 )
 from service.web.replies import reply
+from service.web.request_keys import request_key
 
 bp = Blueprint("contracts", __name__, url_prefix="/v1")
 
@@ -91,7 +92,12 @@ def register() -> Response:
     NoQuery.parse()
     spec = parse_registration(json_body())
     return _created(
-        contracts_service.register_contract(db_session(), spec, actor=current_principal().name)
+        contracts_service.register_contract(
+            db_session(),
+            spec,
+            actor=current_principal().name,
+            request_key=request_key("registerContract"),
+        )
     )
 
 
@@ -112,7 +118,12 @@ def fit() -> Response:
     NoQuery.parse()
     request = parse_fit_request(json_body())
     return _created(
-        contracts_service.fit_contract(db_session(), request, actor=current_principal().name)
+        contracts_service.fit_contract(
+            db_session(),
+            request,
+            actor=current_principal().name,
+            request_key=request_key("fitContract"),
+        )
     )
 
 
@@ -201,7 +212,11 @@ def retire(contract_id: str) -> Response:
     NoQuery.parse()
     reason = parse_retirement(json_body())
     contract = contracts_service.retire_contract(
-        db_session(), contract_id, reason=reason, actor=current_principal().name
+        db_session(),
+        contract_id,
+        reason=reason,
+        actor=current_principal().name,
+        request_key=request_key("retireContract"),
     )
     return reply(Contract, contract.to_dict())
 

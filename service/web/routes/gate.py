@@ -19,6 +19,7 @@ from service.web.db_session import db_session
 from service.web.operations import operation
 from service.web.queries import NoQuery, PageQuery, TextParam, encode_cursor
 from service.web.replies import reply
+from service.web.request_keys import request_key
 
 bp = Blueprint("gate", __name__, url_prefix="/v1/gate")
 
@@ -59,7 +60,12 @@ def decide() -> Response:
     """
     NoQuery.parse()
     gate_request = parse_gate_request(json_body())
-    decision = gate_service.decide_gate(db_session(), gate_request, actor=current_principal().name)
+    decision = gate_service.decide_gate(
+        db_session(),
+        gate_request,
+        actor=current_principal().name,
+        request_key=request_key("decideGate"),
+    )
     return reply(DecisionReply, decision_dict(decision), 201)
 
 

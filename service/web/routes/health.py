@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from flask import Blueprint, Response
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
 from service.db.backend import backend_of
 from service.db.database import Database
+from service.db.failover import engine_durability_warnings
 from service.db.maintenance import pending_tasks
 from service.db.migrate import schema_is_current
 from service.web.db_session import database
@@ -35,7 +38,8 @@ def healthz() -> Response:
 )
 def readyz() -> Response:
     """The database is reachable, its schema at the migrations' head, it takes writes (not a
-    standby, not read-only), no maintenance pending."""
+    standby, not read-only), no maintenance pending; the ready reply lists ``warnings`` when an
+    acknowledged write might not survive a failover (``service.db.failover``)."""
     db = database()
     try:
         with db.engine.connect() as connection:
@@ -71,7 +75,11 @@ def readyz() -> Response:
             "a migration left maintenance to do: run 'calmon migrate'",
             headers={"Retry-After": "30"},
         )
-    return reply(Status, {"status": "ready", "database": db.backend})
+    ready: dict[str, Any] = {"status": "ready", "database": db.backend}
+    warnings = engine_durability_warnings(db.engine)
+    if warnings:
+        ready["warnings"] = warnings
+    return reply(Status, ready)
 
 
 def _writes_refused(db: Database) -> str | None:
