@@ -46,8 +46,8 @@ from pgstats import process_cpu, server_settings
 
 from service.db.database import Database
 from service.db.migrate import upgrade_to_head
-from service.db.postgresql import FOUND_COLUMNS, prediction_by_id
 from service.stream import prediction_store
+from service.stream.sql.postgresql import FOUND_COLUMNS, prediction_by_id
 
 MODEL = "bench"
 STEPS = ("label join statement", "probe, row", "probe, key only", "insert into labels")

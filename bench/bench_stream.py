@@ -431,8 +431,8 @@ def calmon_sql_ceilings(url: str, rows: int, batch: int) -> tuple[float, float]:
     ``batch``: the prediction insert and the label join that reads each
     prediction's stored inputs back. No HTTP, JSON, validation or bucket statistics."""
     from service.db.database import Database
-    from service.db.dialect import PredictionColumns
     from service.stream import prediction_store
+    from service.stream.sql.columns import PredictionColumns
 
     database = Database(url)
     rng = np.random.default_rng(5)

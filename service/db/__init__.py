@@ -1,2 +1,2 @@
-"""Database infrastructure: engine and sessions, typed models, column types, migrations, the
-SQL that differs by backend."""
+"""Database infrastructure: engine and sessions, typed models, column types, binary COPY,
+migrations, and the generic SQL that differs by backend (locks, upserts, staging tables)."""

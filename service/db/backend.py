@@ -1,9 +1,9 @@
-"""The SQL that differs between PostgreSQL and SQLite, behind one small interface.
+"""The generic SQL that differs between PostgreSQL and SQLite, behind one small interface.
 
-Every module that needs a backend-specific statement asks ``backend_of(session)`` for the
-``Backend`` (``service.db.dialect``) of its connection and calls one of its methods; the two
-implementations are ``service.db.postgresql`` and ``service.db.sqlite``, and nothing else
-branches on the dialect.
+Every module that needs a backend-specific statement of no one capability asks
+``backend_of(session)`` for the ``Backend`` (``service.db.dialect``) of its connection and calls
+one of its methods; the two implementations are ``service.db.postgresql`` and
+``service.db.sqlite``. A capability's own backend-specific queries live in its ``sql/`` package.
 """
 
 from __future__ import annotations

@@ -11,9 +11,9 @@ import numpy as np
 from sqlalchemy import and_, delete, func, or_, select, text
 from sqlalchemy.orm import Session
 
-from service.db import staging
 from service.db.backend import backend_of
 from service.db.models import CalibrationBucket
+from service.stream.sql import for_session, staging
 from service.stream.windows import RESOLUTION_FINE, RESOLUTION_HOUR
 
 #: (slice, resolution, bucket_start, contract_id)
@@ -97,16 +97,16 @@ def apply_deltas(session: Session, model: str, deltas: Mapping[BucketKey, Bucket
             for k, key in enumerate(keys)
         ),
     )
-    backend = backend_of(session)
+    sql = for_session(session)
     params = {"model": model}
     changed = tuple(
         name for name in VECTORS if any(getattr(d, name) is not None for d in deltas.values())
     )
-    locked = backend.locked_bucket_rows(session, params, changed)
+    locked = sql.locked_bucket_rows(session, params, changed)
     if len(locked) < len(keys):
         missing = sorted(set(range(len(keys))) - {row[0] for row in locked})
         _insert_missing(session, model)
-        locked += backend.locked_bucket_rows(session, params, changed, only=missing)
+        locked += sql.locked_bucket_rows(session, params, changed, only=missing)
     vectors = _summed_vectors(deltas, keys, locked, changed)
     staging.load(session, "stage_bucket_vectors", vectors)
     session.execute(
@@ -120,9 +120,9 @@ def apply_deltas(session: Session, model: str, deltas: Mapping[BucketKey, Bucket
             " confidence_counts = COALESCE(v.confidence_counts, b.confidence_counts),"
             " stats = COALESCE(v.stats, b.stats)"
             " FROM stage_bucket_vectors v JOIN stage_bucket_deltas s ON s.k = v.k"
-            f" WHERE b.model = :model AND {backend.row_id_match}"
+            f" WHERE b.model = :model AND {sql.row_id_match}"
         ),
-        {**params, "row_ids": backend.row_ids([row[1] for row in vectors])},
+        {**params, "row_ids": sql.row_ids([row[1] for row in vectors])},
     )
     _mark_changed(session, model)
 
@@ -195,7 +195,7 @@ def _insert_missing(session: Session, model: str) -> None:
     """Insert an empty bucket for every staged delta without a stored one, in key order; a
     bucket a concurrent writer has just inserted is left to it. Each staged key is one probe of
     the primary key (fenced from the planner), whatever the number of buckets stored."""
-    fence = backend_of(session).probe_fence
+    fence = for_session(session).probe_fence
     session.execute(
         text(
             "INSERT INTO calibration_buckets (model, slice, resolution, bucket_start,"

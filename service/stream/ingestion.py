@@ -29,7 +29,6 @@ from service.config import Settings
 from service.contracts import store as contracts_store
 from service.contracts.model import Contract
 from service.db.database import Database
-from service.db.dialect import PredictionColumns
 from service.stream import fold_store, prediction_store
 from service.stream.arrow_batches import labels_from_arrow, predictions_from_arrow
 from service.stream.batches import (
@@ -53,6 +52,7 @@ from service.stream.idempotency import (
 from service.stream.instruments import PENDING_LABELS_DISCARDED, PENDING_LABELS_REJECTED
 from service.stream.label_classes import SentLabel, class_index, known_labels, same_label
 from service.stream.retention_store import retention_horizon
+from service.stream.sql.columns import PredictionColumns
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,10 @@ import numpy as np
 from sqlalchemy import CursorResult, delete, func, select, text
 from sqlalchemy.orm import Session
 
-from service.db import staging
-from service.db.backend import backend_of
-from service.db.dialect import PredictionColumns
 from service.db.models import LabelRecord, PredictionRecord
 from service.stream.label_classes import SentLabel
+from service.stream.sql import for_session, staging
+from service.stream.sql.columns import PredictionColumns
 
 #: A label still waiting for its prediction, in the words of the partial index
 #: ``ix_labels_waiting`` (``NOT joined``): neither planner matches the index to the forms
@@ -73,13 +72,13 @@ def insert_predictions(
     text (the service writes its canonical form, kept verbatim by ``json`` on PostgreSQL and by
     SQLite's text) and the raw bytes of ``inputs``. Up to 20 conflicting ids are returned.
     """
-    backend = backend_of(session)
+    sql = for_session(session)
     params = {"model": model, "contract_id": contract_id, "now": now}
-    if backend.insert_new_predictions(session, params, columns):
+    if sql.insert_new_predictions(session, params, columns):
         return set(columns.ids), []
     rows = columns.rows()
     staging.load(session, "stage_predictions", rows)
-    inserted = backend.insert_staged_predictions(session, params)
+    inserted = sql.insert_staged_predictions(session, params)
     conflicts: list[str] = []
     if len(inserted) < len(rows):
         conflicts = list(
@@ -88,7 +87,7 @@ def insert_predictions(
                     "SELECT s.id FROM stage_predictions s WHERE EXISTS (SELECT 1 FROM"
                     " predictions p WHERE p.model = :model AND p.id = s.id AND (p.ts <> s.ts"
                     " OR CAST(p.cohort AS TEXT) <> s.cohort OR p.inputs <> s.inputs)"
-                    f"{backend.probe_fence}) ORDER BY s.id LIMIT 20"
+                    f"{sql.probe_fence}) ORDER BY s.id LIMIT 20"
                 ),
                 {"model": model},
             )
@@ -111,7 +110,7 @@ def join_waiting_labels(session: Session, model: str, ids: set[str]) -> dict[str
         select(select(LabelRecord.id).where(LabelRecord.model == model, _WAITING).exists())
     ):
         return {}
-    rows = backend_of(session).claim_waiting_labels(session, model, sorted(ids))
+    rows = for_session(session).claim_waiting_labels(session, model, sorted(ids))
     waiting = {row[0]: SentLabel(int(row[1]), row[2]) for row in rows}
     stray = set(waiting) - ids
     if stray:
@@ -133,7 +132,7 @@ def record_labels(
     caller reads them by their predictions' contracts (``set_label_indices``).
     """
     staging.load(session, "stage_labels", labels)
-    recorded = backend_of(session).record_staged_labels(session, {"model": model, "now": now})
+    recorded = for_session(session).record_staged_labels(session, {"model": model, "now": now})
     joined = JoinedLabels(
         ids=recorded.ids,
         contract_ids=recorded.contract_ids,
@@ -253,7 +252,7 @@ def sweep_waiting_labels(session: Session, model: str) -> JoinedLabels:
     left waiting with its prediction present; the refresher runs this for every model. Reads the
     waiting labels through their partial index, so it costs little while few labels wait.
     """
-    rows = backend_of(session).waiting_labels_with_predictions(session, model)
+    rows = for_session(session).waiting_labels_with_predictions(session, model)
     if rows:
         session.execute(
             text("UPDATE labels SET joined = true WHERE model = :model AND id = :id"),
@@ -298,7 +297,7 @@ def predictions_page(
     if after is not None:
         where += " AND p.id > :after"
         params["after"] = after
-    seconds = backend_of(session).epoch_seconds("p.ts")
+    seconds = for_session(session).epoch_seconds("p.ts")
     query = text(
         f"SELECT p.id, p.contract_id, {seconds}, p.slices, p.inputs,"
         " l.label FROM predictions p LEFT JOIN labels l ON l.model = p.model AND"

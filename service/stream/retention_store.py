@@ -14,8 +14,8 @@ from sqlalchemy import CursorResult, delete, func, select
 from sqlalchemy.orm import Session
 from sqlalchemy.sql import Executable
 
-from service.db.backend import backend_of
 from service.db.models import LabelRecord, PredictionRecord, PruneRecord
+from service.stream.sql import for_session
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ def prune_before(session: Session, cutoff: datetime, now: datetime) -> PruneCoun
     the prune, which moves the retention horizon, in the caller's transaction.
     """
     predictions = _deleted(session, delete(PredictionRecord).where(PredictionRecord.ts < cutoff))
-    backend_of(session).after_prune(session.connection(), cutoff)
+    for_session(session).after_prune(session, cutoff)
     labels = _deleted(session, delete(LabelRecord).where(LabelRecord.ts < cutoff))
     counts = PruneCounts(predictions, labels)
     session.add(

@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import text
 
-from service.db import staging
 from service.db.database import Database
+from service.stream.sql import staging
 from tests.integration.conftest import BACKEND
 
 

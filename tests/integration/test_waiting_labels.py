@@ -64,7 +64,7 @@ def test_waiting_labels_are_counted_through_their_partial_index(db: Database) ->
 
 @pytest.mark.skipif(BACKEND != "postgresql", reason="the PostgreSQL planner's join methods")
 def test_a_batch_meets_the_waiting_labels_without_a_nested_loop(db: Database) -> None:
-    from service.db.postgresql import CLAIM_WAITING
+    from service.stream.sql.postgresql import CLAIM_WAITING
 
     ids = [f"p{i:05d}" for i in range(10_000)]
     with db.session() as session:

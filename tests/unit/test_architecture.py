@@ -25,7 +25,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "logging": frozenset(),
     "remote": frozenset(),
     "client": frozenset(),
-    "db": frozenset({"calibration"}),
+    "db": frozenset(),
     "audit": KERNEL | {"db"},
     "auth": KERNEL | {"db", "audit"},
     "contracts": KERNEL | {"calibration", "db", "audit"},

@@ -1,7 +1,8 @@
-"""Bulk loading of a batch into a per-connection temporary staging table.
+"""The stream's staging tables: a batch loaded in bulk into a per-connection temporary table,
+which the stream's statements then join to the stored rows.
 
 PostgreSQL loads with binary ``COPY`` (the fast path the ingest targets rely on), SQLite with
-``executemany`` (``service.db.backend``). Staging tables are created once per connection and
+``executemany`` (``Backend.load_staging``). Staging tables are created once per connection and
 emptied before every load (SQLite) or at every commit (PostgreSQL).
 """
 
