@@ -18,7 +18,6 @@ model first.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 import numpy as np
@@ -28,6 +27,7 @@ from service.contracts import store as contracts_store
 from service.stream import fold_store
 from service.stream.bucket_store import BucketDelta, BucketKey, apply_deltas
 from service.stream.bucketing import bucket_deltas, merge_deltas, parsed_slices, stored_inputs
+from service.stream.sql.columns import LabeledRows
 
 #: Labels of predictions at least this old may wait for the fold; younger ones never do.
 FOLD_AFTER = timedelta(hours=24)
@@ -44,43 +44,34 @@ BLOCK = 4_096
 FOLD_CHUNK = 500_000
 
 
-def count_labels(
-    session: Session,
-    model: str,
-    *,
-    contract_ids: Sequence[str],
-    seconds: np.ndarray,
-    slices: Sequence[str],
-    inputs: Sequence[bytes],
-    labels: np.ndarray,
-) -> None:
-    """Move labeled predictions (R rows: contract id, event time in whole epoch seconds,
-    stored slice JSON and input bytes, class index) from the unlabeled sums into the
-    statistics of their buckets, one set-based write (``apply_deltas``).
+def count_labels(session: Session, model: str, rows: LabeledRows) -> None:
+    """Move labeled predictions (``rows``, their labels' class indices final) from the
+    unlabeled sums into the statistics of their buckets, one set-based write
+    (``apply_deltas``).
 
     The rows of each contract are evaluated in event-time order, ``BLOCK`` at a time: a
     block's rows fall in few buckets, and the grouped statistics cost grows with the rows times
     the groups of one evaluation (``grouped_knot_sums`` forms dense per-group sums per chunk of
     rows), which over the thousands of buckets a fold touches would dominate it."""
-    if len(contract_ids) == 0:
+    if not len(rows):
         return
     deltas: dict[BucketKey, BucketDelta] = {}
-    contract_of = np.array(contract_ids, dtype=object)
-    for contract_id in sorted(set(contract_ids)):
+    contract_of = np.array(rows.contract_ids, dtype=object)
+    for contract_id in sorted(set(rows.contract_ids)):
         contract = contracts_store.get_contract(session, contract_id)
         assert contract is not None
         mine = np.flatnonzero(contract_of == contract_id)
-        mine = mine[np.argsort(seconds[mine], kind="stable")]
+        mine = mine[np.argsort(rows.seconds[mine], kind="stable")]
         for start in range(0, mine.size, BLOCK):
-            rows = mine[start : start + BLOCK].tolist()
+            block = mine[start : start + BLOCK].tolist()
             merge_deltas(
                 deltas,
                 bucket_deltas(
                     contract,
-                    seconds=seconds[rows],
-                    slices=parsed_slices([slices[r] for r in rows]),
-                    inputs=stored_inputs(contract, [inputs[r] for r in rows]),
-                    labels=labels[rows],
+                    seconds=rows.seconds[block],
+                    slices=parsed_slices([rows.slices[r] for r in block]),
+                    inputs=stored_inputs(contract, [rows.inputs[r] for r in block]),
+                    labels=rows.labels[block],
                     new=False,
                 ),
             )
@@ -94,15 +85,7 @@ def fold_chunk(session: Session, model: str, upto: datetime, now: datetime) -> i
     claimed = fold_store.claim(session, model, upto, FOLD_CHUNK)
     if not len(claimed):
         return 0
-    count_labels(
-        session,
-        model,
-        contract_ids=claimed.contract_ids,
-        seconds=claimed.seconds,
-        slices=claimed.slices,
-        inputs=claimed.inputs,
-        labels=claimed.labels,
-    )
+    count_labels(session, model, claimed)
     fold_store.mark_folded(session, model, now)
     return len(claimed)
 

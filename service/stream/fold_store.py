@@ -1,7 +1,7 @@
 """The label fold's queue: joined labels acknowledged before their buckets count them.
 
 A row of ``unfolded_label_batches`` holds the labels one request left for the fold, each with
-what its buckets need of its prediction (``QueuedLabels``), as one Arrow IPC stream: the queue
+what its buckets need of its prediction (``LabeledRows``), as one Arrow IPC stream: the queue
 costs a row per request, not per label, and the fold reads no prediction. The fold claims rows
 by deleting them (``claim``) in the transaction that adds their labels to the buckets, so each
 label is counted by exactly one committed transaction: a fold that fails before its commit
@@ -25,10 +25,12 @@ from service.common.values import format_timestamp
 from service.db.backend import backend_of
 from service.db.models import LabelFoldMark, UnfoldedLabelBatch, table_of
 from service.db.types import UTCDateTime
+from service.stream.sql.columns import LabeledRows
 
 _QUEUE = table_of(UnfoldedLabelBatch)
 
-#: The columns of a batch's payload, one row per label.
+#: The columns of a batch's payload, one row per label: the columns of ``LabeledRows`` the
+#: fold counts, each label's class index as its prediction's contract reads it.
 BATCH_SCHEMA = pa.schema(
     [
         ("id", pa.string()),
@@ -41,26 +43,7 @@ BATCH_SCHEMA = pa.schema(
 )
 
 
-@dataclass(frozen=True)
-class QueuedLabels:
-    """Labels waiting for the fold with what their buckets need, column by column (R rows).
-
-    ``seconds`` is each prediction's event time in whole seconds since the epoch (int64),
-    ``slices`` its stored JSON slice list, ``inputs`` its stored bytes and ``labels`` the class
-    index of the label as its prediction's contract reads it (int64)."""
-
-    ids: list[str]
-    contract_ids: list[str]
-    seconds: np.ndarray
-    slices: list[str]
-    inputs: list[bytes]
-    labels: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-
-def encode_batch(queued: QueuedLabels) -> bytes:
+def encode_batch(queued: LabeledRows) -> bytes:
     """``queued`` as one Arrow IPC stream of one record batch (``BATCH_SCHEMA``)."""
     table = pa.table(
         [
@@ -79,17 +62,19 @@ def encode_batch(queued: QueuedLabels) -> bytes:
     return cast(bytes, sink.getvalue().to_pybytes())
 
 
-def decode_batches(payloads: Sequence[bytes]) -> QueuedLabels:
-    """The labels of the stored batch ``payloads`` (``encode_batch``), concatenated in order."""
+def decode_batches(payloads: Sequence[bytes]) -> LabeledRows:
+    """The labels of the stored batch ``payloads`` (``encode_batch``), concatenated in order
+    (their indices final: no names)."""
     tables = [pa.ipc.open_stream(payload).read_all() for payload in payloads]
     table = pa.concat_tables(tables) if tables else BATCH_SCHEMA.empty_table()
-    return QueuedLabels(
+    return LabeledRows(
         ids=table.column("id").to_pylist(),
         contract_ids=table.column("contract_id").to_pylist(),
         seconds=table.column("seconds").to_numpy().astype(np.int64),
         slices=table.column("slices").to_pylist(),
         inputs=table.column("inputs").to_pylist(),
         labels=table.column("label").to_numpy().astype(np.int64),
+        names=[None] * table.num_rows,
     )
 
 
@@ -118,7 +103,7 @@ def fold_fields(status: FoldStatus) -> dict[str, Any]:
     }
 
 
-def enqueue(session: Session, model: str, queued: QueuedLabels, now: datetime) -> None:
+def enqueue(session: Session, model: str, queued: LabeledRows, now: datetime) -> None:
     """Queue joined labels of ``model`` for the fold as one batch, acknowledged ``now`` (in
     the caller's transaction)."""
     if not len(queued):
@@ -130,7 +115,7 @@ def enqueue(session: Session, model: str, queued: QueuedLabels, now: datetime) -
     )
 
 
-def claim(session: Session, model: str, upto: datetime, limit: int) -> QueuedLabels:
+def claim(session: Session, model: str, upto: datetime, limit: int) -> LabeledRows:
     """Delete the oldest queued batches of ``model`` acknowledged at or before ``upto``, as
     many as hold fewer than ``limit`` labels before the last (at least one), and return their
     labels in queue order; the caller counts them in the same transaction. A batch another

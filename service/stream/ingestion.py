@@ -52,7 +52,7 @@ from service.stream.idempotency import (
 from service.stream.instruments import PENDING_LABELS_DISCARDED, PENDING_LABELS_REJECTED
 from service.stream.label_classes import SentLabel, class_index, known_labels, same_label
 from service.stream.retention_store import retention_horizon
-from service.stream.sql.columns import PredictionColumns
+from service.stream.sql.columns import LabeledRows, PredictionColumns
 
 
 @dataclass(frozen=True)
@@ -409,7 +409,7 @@ def _store_labels(
     result.pending = len(waiting) - len(result.rejected_pending)
     _compare_repeats(session, result, batch, joined, stored, versions)
     result.joined = len(joined.ids)
-    result.delays_seconds = (joined.label_seconds - joined.seconds).astype(float).tolist()
+    result.delays_seconds = joined.label_delays().astype(float).tolist()
     _count_joined(session, model, joined, now)
     session.commit()
     if result.rejected_pending:
@@ -420,7 +420,7 @@ def _store_labels(
 def _judge_joined(
     session: Session,
     model: str,
-    joined: prediction_store.JoinedLabels,
+    joined: LabeledRows,
     versions: Mapping[str, contracts_store.VersionClasses],
     item_of: Mapping[str, int],
 ) -> None:
@@ -467,7 +467,7 @@ def _compare_repeats(
     session: Session,
     result: LabelsApplied,
     batch: LabelBatch,
-    joined: prediction_store.JoinedLabels,
+    joined: LabeledRows,
     stored: Mapping[str, SentLabel],
     versions: Mapping[str, contracts_store.VersionClasses],
 ) -> None:
@@ -508,9 +508,7 @@ def _cap_waiting(session: Session, model: str, waiting: list[str], settings: Set
     return rejected
 
 
-def _count_joined(
-    session: Session, model: str, joined: prediction_store.JoinedLabels, now: datetime | None
-) -> None:
+def _count_joined(session: Session, model: str, joined: LabeledRows, now: datetime | None) -> None:
     """Move just-joined labeled predictions from the unlabeled sums into the statistics.
 
     With ``now``, a late label (its prediction's event time more than ``FOLD_AFTER`` before
@@ -525,31 +523,9 @@ def _count_joined(
             joined.seconds,
             COUNTED_AT,
         )
-    rows = np.flatnonzero(counted)
-    count_labels(
-        session,
-        model,
-        contract_ids=[joined.contract_ids[r] for r in rows],
-        seconds=joined.seconds[rows],
-        slices=[joined.slices[r] for r in rows],
-        inputs=[joined.inputs[r] for r in rows],
-        labels=joined.labels[rows],
-    )
+    count_labels(session, model, joined.take(np.flatnonzero(counted).tolist()))
     if now is not None:
-        waiting = joined.take(np.flatnonzero(~counted).tolist())
-        fold_store.enqueue(
-            session,
-            model,
-            fold_store.QueuedLabels(
-                ids=waiting.ids,
-                contract_ids=waiting.contract_ids,
-                seconds=waiting.seconds,
-                slices=waiting.slices,
-                inputs=waiting.inputs,
-                labels=waiting.labels,
-            ),
-            now,
-        )
+        fold_store.enqueue(session, model, joined.take(np.flatnonzero(~counted).tolist()), now)
 
 
 def sweep_waiting_labels(session: Session, model: str) -> int:

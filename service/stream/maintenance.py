@@ -55,7 +55,7 @@ def rebuild_buckets(session: Session, model: str) -> int:
     after, total = None, 0
     while True:
         page = prediction_store.predictions_page(session, model, after, REBUILD_PAGE)
-        if page.last is None:
+        if not len(page):
             return total
         deltas: dict[BucketKey, BucketDelta] = {}
         contract_of = np.array(page.contract_ids, dtype=object)
@@ -78,4 +78,4 @@ def rebuild_buckets(session: Session, model: str) -> int:
             )
         apply_deltas(session, model, deltas)
         session.commit()
-        after, total = page.last, total + len(page.contract_ids)
+        after, total = page.ids[-1], total + len(page)

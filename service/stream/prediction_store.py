@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-import numpy as np
 from sqlalchemy import CursorResult, delete, func, select, text
 from sqlalchemy.orm import Session
 
 from service.db.models import LabelRecord, PredictionRecord
 from service.stream.label_classes import SentLabel
 from service.stream.sql import for_session, staging
-from service.stream.sql.columns import PredictionColumns
+from service.stream.sql.columns import LabeledRows, PredictionColumns
 
 #: A label still waiting for its prediction, in the words of the partial index
 #: ``ix_labels_waiting`` (``NOT joined``): neither planner matches the index to the forms
@@ -24,41 +22,6 @@ _WAITING = text("NOT labels.joined")
 #: A validated label ready to store: (id, class index, class name as sent or None, ts); the
 #: index of a label sent by name is provisional (``LabelRecord``).
 StagedLabel = tuple[str, int, str | None, datetime]
-
-
-@dataclass(frozen=True)
-class JoinedLabels:
-    """Predictions whose labels were just recorded, column by column (R rows).
-
-    ``seconds`` and ``label_seconds`` are whole seconds since the epoch of the prediction's event
-    time and of the label's; ``inputs`` the stored raw bytes; ``slices`` the stored JSON lists.
-    ``labels`` are the stored class indices (provisional for a label sent by name until judged
-    by the prediction's contract) and ``names`` the class names the labels were sent with (None
-    for a label sent as an index).
-    """
-
-    ids: list[str]
-    contract_ids: list[str]
-    seconds: np.ndarray
-    label_seconds: np.ndarray
-    slices: list[str]
-    inputs: list[bytes]
-    labels: np.ndarray
-    names: list[str | None]
-
-    def take(self, rows: Sequence[int]) -> JoinedLabels:
-        """The rows ``rows`` only, in that order."""
-        at = np.asarray(rows, dtype=np.int64)
-        return JoinedLabels(
-            ids=[self.ids[r] for r in rows],
-            contract_ids=[self.contract_ids[r] for r in rows],
-            seconds=self.seconds[at],
-            label_seconds=self.label_seconds[at],
-            slices=[self.slices[r] for r in rows],
-            inputs=[self.inputs[r] for r in rows],
-            labels=self.labels[at],
-            names=[self.names[r] for r in rows],
-        )
 
 
 def insert_predictions(
@@ -123,29 +86,22 @@ def join_waiting_labels(session: Session, model: str, ids: set[str]) -> dict[str
 
 def record_labels(
     session: Session, model: str, labels: Sequence[StagedLabel], now: datetime
-) -> tuple[JoinedLabels, list[str], dict[str, SentLabel]]:
+) -> tuple[LabeledRows, list[str], dict[str, SentLabel]]:
     """Store new labels; join those whose prediction is stored.
 
     Returns ``(joined, ids of the new labels left waiting for their prediction (sorted),
     {id: label stored before, as sent})``; the last covers ids that had a label already
-    (duplicates or conflicts, never overwritten). The joined labels are not judged here: the
-    caller reads them by their predictions' contracts (``set_label_indices``).
+    (duplicates or conflicts, never overwritten). The joined labels (with their own event
+    times) are not judged here: the caller reads them by their predictions' contracts
+    (``set_label_indices``).
     """
     staging.load(session, "stage_labels", labels)
-    recorded = for_session(session).record_staged_labels(session, {"model": model, "now": now})
-    joined = JoinedLabels(
-        ids=recorded.ids,
-        contract_ids=recorded.contract_ids,
-        seconds=np.array(recorded.seconds, dtype=np.int64),
-        label_seconds=np.array(recorded.label_seconds, dtype=np.int64),
-        slices=recorded.slices,
-        inputs=recorded.inputs,
-        labels=np.array(recorded.labels, dtype=np.int64),
-        names=_names_of(labels, recorded.ids),
+    joined, waiting = for_session(session).record_staged_labels(
+        session, {"model": model, "now": now}
     )
     stored: dict[str, SentLabel] = {}
-    if len(recorded.ids) + len(recorded.waiting) < len(labels):
-        fresh_ids = {*recorded.ids, *recorded.waiting}
+    if len(joined) + len(waiting) < len(labels):
+        fresh_ids = {*joined.ids, *waiting}
         stored = {
             row[0]: SentLabel(int(row[1]), row[2])
             for row in session.execute(
@@ -157,13 +113,7 @@ def record_labels(
             )
             if row[0] not in fresh_ids
         }
-    return joined, sorted(recorded.waiting), stored
-
-
-def _names_of(labels: Sequence[StagedLabel], ids: Sequence[str]) -> list[str | None]:
-    """The class names (or None) the staged ``labels`` of ``ids`` were sent with."""
-    name_of = {label[0]: label[2] for label in labels}
-    return [name_of[i] for i in ids]
+    return joined, sorted(waiting), stored
 
 
 def set_label_indices(session: Session, model: str, indices: Sequence[tuple[str, int]]) -> None:
@@ -245,53 +195,25 @@ def expire_waiting_labels(session: Session, model: str, received_before: datetim
     return int(cast(CursorResult[Any], result).rowcount)
 
 
-def sweep_waiting_labels(session: Session, model: str) -> JoinedLabels:
+def sweep_waiting_labels(session: Session, model: str) -> LabeledRows:
     """Join waiting labels whose prediction is stored after all.
 
     Only a label written at the same moment as its prediction by a concurrent transaction can be
     left waiting with its prediction present; the refresher runs this for every model. Reads the
     waiting labels through their partial index, so it costs little while few labels wait.
     """
-    rows = for_session(session).waiting_labels_with_predictions(session, model)
-    if rows:
+    found = for_session(session).waiting_labels_with_predictions(session, model)
+    if len(found):
         session.execute(
             text("UPDATE labels SET joined = true WHERE model = :model AND id = :id"),
-            [{"model": model, "id": r[0]} for r in rows],
+            [{"model": model, "id": i} for i in found.ids],
         )
-    cols: list[tuple[Any, ...]] = list(zip(*rows, strict=True)) if rows else [()] * 8
-    return JoinedLabels(
-        ids=list(cols[0]),
-        contract_ids=list(cols[3]),
-        seconds=np.array(cols[4], dtype=np.int64),
-        label_seconds=np.array(cols[2], dtype=np.int64),
-        slices=list(cols[5]),
-        inputs=[bytes(b) for b in cols[6]],
-        labels=np.array(cols[1], dtype=np.int64),
-        names=list(cols[7]),
-    )
+    return found
 
 
-@dataclass(frozen=True)
-class StoredPredictions:
-    """A page of a model's stored predictions in id order, with their joined labels.
-
-    ``labels`` holds the class index of a joined label, -1 for a prediction still unlabeled;
-    ``last`` is the id to continue after.
-    """
-
-    contract_ids: list[str]
-    seconds: np.ndarray
-    slices: list[str]
-    inputs: list[bytes]
-    labels: np.ndarray
-    last: str | None
-
-
-def predictions_page(
-    session: Session, model: str, after: str | None, limit: int
-) -> StoredPredictions:
-    """Up to ``limit`` predictions of ``model`` with ids after ``after`` in id order: a keyset
-    walk of the primary key ``(model, id)``."""
+def predictions_page(session: Session, model: str, after: str | None, limit: int) -> LabeledRows:
+    """Up to ``limit`` predictions of ``model`` with ids after ``after`` in id order, with their
+    joined labels (-1: none): a keyset walk of the primary key ``(model, id)``."""
     where = "p.model = :model"
     params: dict[str, Any] = {"model": model, "limit": limit}
     if after is not None:
@@ -300,15 +222,8 @@ def predictions_page(
     seconds = for_session(session).epoch_seconds("p.ts")
     query = text(
         f"SELECT p.id, p.contract_id, {seconds}, p.slices, p.inputs,"
-        " l.label FROM predictions p LEFT JOIN labels l ON l.model = p.model AND"
-        f" l.id = p.id AND l.joined WHERE {where} ORDER BY p.id LIMIT :limit"
+        " COALESCE(l.label, -1), NULL FROM predictions p LEFT JOIN labels l ON"
+        f" l.model = p.model AND l.id = p.id AND l.joined WHERE {where} ORDER BY p.id"
+        " LIMIT :limit"
     )
-    rows = session.execute(query, params).all()
-    return StoredPredictions(
-        contract_ids=[r[1] for r in rows],
-        seconds=np.array([r[2] for r in rows], dtype=np.int64),
-        slices=[r[3] for r in rows],
-        inputs=[bytes(r[4]) for r in rows],
-        labels=np.array([-1 if r[5] is None else r[5] for r in rows], dtype=np.int64),
-        last=rows[-1][0] if rows else None,
-    )
+    return LabeledRows.of_rows(session.execute(query, params).all())

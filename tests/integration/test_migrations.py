@@ -15,7 +15,8 @@ from sqlalchemy.exc import IntegrityError
 from service.db.database import make_engine
 from service.db.migrate import alembic_config, current_revisions, head_revisions, script_location
 from service.db.models import Base
-from service.stream.fold_store import QueuedLabels, encode_batch
+from service.stream.fold_store import encode_batch
+from service.stream.sql.columns import LabeledRows
 from tests.integration.conftest import BACKEND
 
 
@@ -309,13 +310,14 @@ def test_revision_0019_moves_queued_labels_both_ways(fresh_empty_url: str) -> No
             joined = dict(connection.execute(text("SELECT id, joined FROM labels")).all())
         assert {k: bool(v) for k, v in joined.items()} == {"queued": False, "counted": True}
 
-        queued = QueuedLabels(
+        queued = LabeledRows(
             ids=["a", "b", "c"],
             contract_ids=["c1"] * 3,
             seconds=np.array([1, 2, 3]),
             slices=["[]"] * 3,
             inputs=[b"x"] * 3,
             labels=np.array([0, 2, 1]),
+            names=[None] * 3,
         )
         with engine.begin() as connection:
             for model, payload in (("m", encode_batch(queued)), ("n", encode_batch(queued))):

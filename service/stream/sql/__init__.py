@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from sqlalchemy.orm import Session
 
-from service.stream.sql.columns import PredictionColumns, RecordedLabels
+from service.stream.sql.columns import LabeledRows, PredictionColumns
 from service.stream.sql.postgresql import POSTGRESQL
 from service.stream.sql.sqlite import SQLITE
 
@@ -71,16 +71,15 @@ class StreamSQL(Protocol):
         the named blob columns, one primary-key probe per staged key; a key without a stored
         bucket yields no row."""
 
-    def record_staged_labels(self, session: Session, params: Mapping[str, Any]) -> RecordedLabels:
-        """Insert the staged labels new for ``:model`` (joined when their prediction is stored);
-        return what was inserted."""
+    def record_staged_labels(
+        self, session: Session, params: Mapping[str, Any]
+    ) -> tuple[LabeledRows, list[str]]:
+        """Insert the staged labels new for ``:model`` received ``:now`` (joined when their
+        prediction is stored); return ``(the labels joined, with their own event times; the
+        ids of the labels inserted without their prediction)``."""
 
-    def waiting_labels_with_predictions(
-        self, session: Session, model: str
-    ) -> list[tuple[Any, ...]]:
-        """Labels of ``model`` still waiting though their prediction is stored: ``(id, label,
-        label seconds, contract id, prediction seconds, slices JSON, inputs, label name)``,
-        locked."""
+    def waiting_labels_with_predictions(self, session: Session, model: str) -> LabeledRows:
+        """Labels of ``model`` still waiting though their prediction is stored, locked."""
 
     def after_prune(self, session: Session, cutoff: datetime) -> None:
         """Whatever the indexes of ``predictions`` and ``labels`` need after their rows before

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+import numpy as np
 import psycopg
 import pyarrow as pa
 from sqlalchemy import text
@@ -22,7 +23,7 @@ from sqlalchemy.orm import Session
 from service.db import binary_copy
 from service.db.postgresql import POSTGRESQL as BACKEND
 from service.db.postgresql import binary_rows, copy_binary
-from service.stream.sql.columns import PredictionColumns, RecordedLabels
+from service.stream.sql.columns import LabeledRows, PredictionColumns
 
 
 def _epoch(column: str) -> str:
@@ -137,7 +138,9 @@ class PostgreSQLStream:
         ((ids,),) = binary_rows(session, statement, params)
         return set() if ids is None else set(ids)
 
-    def record_staged_labels(self, session: Session, params: Mapping[str, Any]) -> RecordedLabels:
+    def record_staged_labels(
+        self, session: Session, params: Mapping[str, Any]
+    ) -> tuple[LabeledRows, list[str]]:
         """One statement probes each staged label's prediction, inserts the new labels and
         aggregates what it inserted into one row of arrays, fetched in binary (a row per label
         would cost the service more to decode than the statement costs the database).
@@ -158,12 +161,20 @@ class PostgreSQLStream:
             if not isinstance(exc.orig, psycopg.errors.UniqueViolation):
                 raise
             row = self._record_labels(session, params, speculative=True)
-        ids, labels, label_seconds, contract_ids, seconds, slices, inputs, waiting = (
+        ids, contract_ids, seconds, slices, inputs, labels, names, label_seconds, waiting = (
             [] if value is None else value for value in row
         )
-        return RecordedLabels(
-            ids, labels, label_seconds, contract_ids, seconds, slices, inputs, waiting
+        joined = LabeledRows(
+            ids=ids,
+            contract_ids=contract_ids,
+            seconds=np.array(seconds, dtype=np.int64),
+            slices=slices,
+            inputs=inputs,
+            labels=np.array(labels, dtype=np.int64),
+            names=names,
+            label_seconds=np.array(label_seconds, dtype=np.int64),
         )
+        return joined, waiting
 
     @staticmethod
     def _record_labels(
@@ -187,25 +198,23 @@ class PostgreSQLStream:
             " p.slices,"
             f" p.inputs FROM stage_labels s LEFT JOIN LATERAL ({probe}) p ON true),"
             f" ins AS ({insert})"
-            f" SELECT array_agg(f.id) {joined}, array_agg(f.label) {joined},"
-            f" array_agg({_epoch('f.ts')}) {joined}, array_agg(f.contract_id) {joined},"
+            f" SELECT array_agg(f.id) {joined}, array_agg(f.contract_id) {joined},"
             f" array_agg({_epoch('f.pts')}) {joined}, array_agg(f.slices) {joined},"
-            f" array_agg(f.inputs) {joined},"
+            f" array_agg(f.inputs) {joined}, array_agg(f.label) {joined},"
+            f" array_agg(f.label_name) {joined}, array_agg({_epoch('f.ts')}) {joined},"
             f" array_agg(f.id) FILTER (WHERE f.contract_id IS NULL) FROM {inserted}"
         )
         (row,) = binary_rows(session, statement, params)
         return row
 
-    def waiting_labels_with_predictions(
-        self, session: Session, model: str
-    ) -> list[tuple[Any, ...]]:
+    def waiting_labels_with_predictions(self, session: Session, model: str) -> LabeledRows:
         statement = text(
-            f"SELECT l.id, l.label, {_epoch('l.ts')}, p.contract_id, {_epoch('p.ts')}, p.slices,"
-            f" p.inputs, l.label_name FROM labels l CROSS JOIN LATERAL"
+            f"SELECT l.id, p.contract_id, {_epoch('p.ts')}, p.slices, p.inputs, l.label,"
+            f" l.label_name FROM labels l CROSS JOIN LATERAL"
             f" ({prediction_by_id('l.id', FOUND_COLUMNS)}) p"
             " WHERE l.model = :model AND NOT l.joined FOR UPDATE OF l"
         )
-        return [tuple(r) for r in session.execute(statement, {"model": model})]
+        return LabeledRows.of_rows(session.execute(statement, {"model": model}).all())
 
     def after_prune(self, session: Session, cutoff: datetime) -> None:
         """Summarise the block ranges of the BRIN indexes on ``ts`` not yet summarised."""

@@ -9,14 +9,16 @@ ON CONFLICT`` needs a ``WHERE`` before ``ON CONFLICT`` (a parser ambiguity), hen
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+import numpy as np
 from sqlalchemy import bindparam, text
 from sqlalchemy.orm import Session
 
 from service.db.types import UTCDateTime
-from service.stream.sql.columns import PredictionColumns, RecordedLabels
+from service.stream.sql.columns import LabeledRows, PredictionColumns
 
 _NOW = bindparam("now", type_=UTCDateTime())
 
@@ -91,7 +93,9 @@ class SQLiteStream:
         ).bindparams(_NOW)
         return set(session.execute(statement, params).scalars())
 
-    def record_staged_labels(self, session: Session, params: Mapping[str, Any]) -> RecordedLabels:
+    def record_staged_labels(
+        self, session: Session, params: Mapping[str, Any]
+    ) -> tuple[LabeledRows, list[str]]:
         exists = "EXISTS (SELECT 1 FROM predictions p WHERE p.model = :model AND p.id = s.id)"
         inserted = session.execute(
             text(
@@ -99,44 +103,35 @@ class SQLiteStream:
                 f" SELECT CAST(:model AS VARCHAR), s.id, s.label, s.label_name, s.ts, :now,"
                 f" {exists}"
                 " FROM stage_labels s WHERE true ON CONFLICT (model, id) DO NOTHING"
-                " RETURNING id, label, joined"
+                " RETURNING id, joined"
             ).bindparams(_NOW),
             params,
         ).all()
-        joined = {row[0]: int(row[1]) for row in inserted if row[2]}
+        joined = {row[0] for row in inserted if row[1]}
         found = [
             tuple(row)
             for row in session.execute(
                 text(
-                    f"SELECT s.id, {_epoch('s.ts')}, p.contract_id, {_epoch('p.ts')}, p.slices,"
-                    " p.inputs FROM stage_labels s JOIN predictions p ON p.model = :model"
-                    " AND p.id = s.id"
+                    f"SELECT s.id, p.contract_id, {_epoch('p.ts')}, p.slices, p.inputs, s.label,"
+                    f" s.label_name, {_epoch('s.ts')} FROM stage_labels s JOIN predictions p"
+                    " ON p.model = :model AND p.id = s.id"
                 ),
                 {"model": params["model"]},
             ).all()
             if row[0] in joined
         ]
-        cols: list[tuple[Any, ...]] = list(zip(*found, strict=True)) if found else [()] * 6
-        return RecordedLabels(
-            ids=list(cols[0]),
-            labels=[joined[i] for i in cols[0]],
-            label_seconds=list(cols[1]),
-            contract_ids=list(cols[2]),
-            seconds=list(cols[3]),
-            slices=list(cols[4]),
-            inputs=[bytes(b) for b in cols[5]],
-            waiting=[row[0] for row in inserted if not row[2]],
-        )
+        rows = LabeledRows.of_rows([row[:7] for row in found])
+        label_seconds = np.array([row[7] for row in found], dtype=np.int64)
+        waiting = [row[0] for row in inserted if not row[1]]
+        return replace(rows, label_seconds=label_seconds), waiting
 
-    def waiting_labels_with_predictions(
-        self, session: Session, model: str
-    ) -> list[tuple[Any, ...]]:
+    def waiting_labels_with_predictions(self, session: Session, model: str) -> LabeledRows:
         statement = text(
-            f"SELECT l.id, l.label, {_epoch('l.ts')}, p.contract_id, {_epoch('p.ts')}, p.slices,"
-            " p.inputs, l.label_name FROM labels l JOIN predictions p ON p.model = l.model"
+            f"SELECT l.id, p.contract_id, {_epoch('p.ts')}, p.slices, p.inputs, l.label,"
+            " l.label_name FROM labels l JOIN predictions p ON p.model = l.model"
             " AND p.id = l.id WHERE l.model = :model AND NOT l.joined"
         )
-        return [tuple(r) for r in session.execute(statement, {"model": model})]
+        return LabeledRows.of_rows(session.execute(statement, {"model": model}).all())
 
     def after_prune(self, session: Session, cutoff: datetime) -> None:
         return None

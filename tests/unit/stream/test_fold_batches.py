@@ -7,7 +7,8 @@ import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from service.stream.fold_store import BATCH_SCHEMA, QueuedLabels, decode_batches, encode_batch
+from service.stream.fold_store import BATCH_SCHEMA, decode_batches, encode_batch
+from service.stream.sql.columns import LabeledRows
 
 #: Stored text: valid Unicode without NUL, as the label and prediction validation admits.
 TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"))
@@ -22,19 +23,11 @@ ROW = st.tuples(
 )
 
 
-def queued(rows: list[tuple[str, str, int, str, bytes, int]]) -> QueuedLabels:
-    columns = list(zip(*rows, strict=True)) if rows else [()] * 6
-    return QueuedLabels(
-        ids=list(columns[0]),
-        contract_ids=list(columns[1]),
-        seconds=np.array(columns[2], dtype=np.int64),
-        slices=list(columns[3]),
-        inputs=list(columns[4]),
-        labels=np.array(columns[5], dtype=np.int64),
-    )
+def queued(rows: list[tuple[str, str, int, str, bytes, int]]) -> LabeledRows:
+    return LabeledRows.of_rows([(*row, None) for row in rows])
 
 
-def as_rows(batch: QueuedLabels) -> list[tuple[object, ...]]:
+def as_rows(batch: LabeledRows) -> list[tuple[object, ...]]:
     return list(
         zip(
             batch.ids,
