@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -217,9 +218,14 @@ def test_a_stored_baseline_that_cannot_be_read_back_is_a_conflict_not_a_crash(
 ) -> None:
     fitted = contract(client, auth)
     with db.engine.begin() as connection:
+        stored = connection.scalar(
+            text("SELECT baseline FROM contracts WHERE id = :id"), {"id": fitted["id"]}
+        )
+        baseline = json.loads(stored) if isinstance(stored, str) else stored
+        baseline["eval"] = {"calibrated": {"n": 1}}
         connection.execute(
             text("UPDATE contracts SET baseline = :b WHERE id = :id"),
-            {"b": '{"fit": {}, "eval": {"calibrated": {"n": 1}}}', "id": fitted["id"]},
+            {"b": json.dumps(baseline), "id": fitted["id"]},
         )
     got = client.get(f"/v1/models/{MODEL}/calibration?window=24h", headers=auth.headers())
     assert got.status_code == 409
