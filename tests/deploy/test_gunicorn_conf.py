@@ -31,7 +31,12 @@ from service.config import load_settings
 from service.db.migrate import upgrade_to_head
 from tests.deploy import DEPLOY, ROOT
 from tests.deploy.conftest import parse_calmon
-from tests.integration.test_served import free_port, metric_samples, wait_until
+from tests.integration.test_served import (
+    STARTUP_SECONDS,
+    free_port,
+    metric_samples,
+    wait_until,
+)
 
 CONFIG = DEPLOY / "gunicorn.conf.py"
 GUNICORN = Path(sys.executable).parent / "gunicorn"
@@ -155,7 +160,7 @@ def gunicorn_with_the_config_file(tmp_path: Path) -> Iterator[Gunicorn]:
     )
     served = Gunicorn(f"http://127.0.0.1:{port}", process, metrics_dir)
     try:
-        wait_until(lambda: served.get("/healthz")[0] == 200, 30, "gunicorn to start")
+        wait_until(lambda: served.get("/healthz")[0] == 200, STARTUP_SECONDS, "gunicorn to start")
         yield served
     finally:
         process.terminate()
@@ -212,7 +217,7 @@ def test_gunicorn_serves_and_metrics_add_up_across_two_workers(tmp_path: Path) -
             children = children_of(served.process.pid)
             return children if len(children) == 2 else None
 
-        workers = wait_until(two_workers, 30, "2 workers under the master")
+        workers = wait_until(two_workers, STARTUP_SECONDS, "2 workers under the master")
         answered = 1 + answer_from_every_worker(served, workers)  # 1: the start-up probe
         # Each worker wrote its own metric files (prometheus-client's multiprocess mode).
         assert served.worker_pids() == workers, (

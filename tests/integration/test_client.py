@@ -24,7 +24,13 @@ from service.client import Calmon, GateDecision, RequestFailed, Unreachable
 from service.db.migrate import upgrade_to_head
 from tests.integration.conftest import ADMIN_TOKEN, fresh_database
 from tests.integration.factories import fit_body
-from tests.integration.test_served import CALMON, free_port, serving_fresh, wait_until
+from tests.integration.test_served import (
+    CALMON,
+    STARTUP_SECONDS,
+    free_port,
+    serving_fresh,
+    wait_until,
+)
 
 #: A script that logs 3,000 predictions and ends without ``close()``. It imports no pandas
 #: itself; pyarrow imports it (installed with the tests) on its first conversion.
@@ -212,7 +218,7 @@ def test_a_service_down_for_30_seconds_loses_nothing(tmp_path: Path) -> None:
         upgrade_to_head(url)
         probe = Calmon(base, ADMIN_TOKEN)
         with _server(url, port, tmp_path) as first:
-            wait_until(lambda: _up(probe), 30, "calmon to start")
+            wait_until(lambda: _up(probe), STARTUP_SECONDS, "calmon to start")
             probe.fit(fit_body("glyphs"))
             calmon = Calmon(
                 base, ADMIN_TOKEN, model="glyphs", batch_size=200, max_delay=0.1, max_backoff=2
@@ -239,7 +245,7 @@ def test_a_service_down_for_30_seconds_loses_nothing(tmp_path: Path) -> None:
             assert calmon.stats.sent == 2_000 and calmon.stats.retried > 0
         assert time.monotonic() - down_at >= 30
         with _server(url, port, tmp_path):
-            wait_until(lambda: _up(probe), 30, "calmon to start again")
+            wait_until(lambda: _up(probe), STARTUP_SECONDS, "calmon to start again")
             assert calmon.flush(timeout=120)
             stats = calmon.stats
             assert (stats.sent, stats.dropped, stats.rejected) == (6_000, 0, 0), stats

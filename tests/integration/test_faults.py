@@ -29,7 +29,14 @@ from service.db.migrate import upgrade_to_head
 from service.export.refresher import refresh_all
 from tests.integration.conftest import ADMIN_TOKEN, Auth
 from tests.integration.factories import fit_body
-from tests.integration.test_served import Served, free_port, served, serving, wait_until  # noqa: F401
+from tests.integration.test_served import (  # noqa: F401
+    STARTUP_SECONDS,
+    Served,
+    free_port,
+    served,
+    serving,
+    wait_until,
+)
 from tests.integration.test_stream import (
     _comparable,
     _multiclass_contract,
@@ -210,7 +217,9 @@ def test_a_database_outage_is_a_503_and_the_service_recovers(
         metrics = server.call("GET", "/metrics", token=None)
         assert metrics[0] == 200 and "calmon_exporter_up 0.0" in metrics[1]
         start()
-        wait_until(lambda: server.call("GET", "/readyz")[0] == 200, 30, "readiness to return")
+        wait_until(
+            lambda: server.call("GET", "/readyz")[0] == 200, STARTUP_SECONDS, "readiness to return"
+        )
         status, reply = server.call("POST", "/v1/predictions", batch("down", 10))
         assert status == 200 and reply["accepted"] == 10
 

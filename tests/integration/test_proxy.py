@@ -36,7 +36,7 @@ from service.db.migrate import upgrade_to_head
 from tests.deploy.nginx import running_nginx
 from tests.integration.conftest import ADMIN_TOKEN, fresh_database
 from tests.integration.factories import fit_body
-from tests.integration.test_served import CALMON, free_port, wait_until
+from tests.integration.test_served import CALMON, STARTUP_SECONDS, free_port, wait_until
 from tests.integration.test_stream import minutes_ago
 
 #: How long a probe waits for its answer (a kubelet's probe gives up after its timeoutSeconds).
@@ -221,7 +221,7 @@ def calmon_one_worker(tmp_path: Path) -> Iterator[Calmon]:
             stderr=subprocess.STDOUT,
         )
         try:
-            wait_until(lambda: probe(port) == 200, 60, "calmon to start")
+            wait_until(lambda: probe(port) == 200, STARTUP_SECONDS, "calmon to start")
             answer = request(port, "POST", "/v1/contracts/fit", fit_body("slow"), 60)
             assert answer is not None and answer[0] == 201, answer
             yield Calmon(port, process)
@@ -272,7 +272,7 @@ def test_slow_clients_starve_gunicorn_alone(tmp_path: Path) -> None:
         assert starved.probes and set(starved.probes) == {None}, starved
         assert starved.ingests and set(starved.ingests) == {None}, starved
         # Without the slow clients the same server answers again.
-        wait_until(lambda: probe(calmon.port) == 200, 60, "calmon to answer again")
+        wait_until(lambda: probe(calmon.port) == 200, STARTUP_SECONDS, "calmon to answer again")
 
 
 def test_behind_nginx_slow_clients_do_not_reach_gunicorn(tmp_path: Path) -> None:

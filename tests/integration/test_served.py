@@ -66,6 +66,11 @@ class Served:
             return status, raw.decode()
 
 
+STARTUP_SECONDS = 120.0
+"""How long a test waits for a served process to come up: a bound on a failure, generous enough
+for a loaded two-core machine, never the expected start-up time."""
+
+
 def wait_until(check, seconds: float, what: str) -> Any:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -103,7 +108,9 @@ def serving(url: str, tmp_path: Path, **settings: str) -> Iterator[Served]:
     )
     server = Served(f"http://127.0.0.1:{port}", process, tmp_path / "metrics")
     try:
-        wait_until(lambda: server.call("GET", "/healthz")[0] == 200, 30, "calmon to start")
+        wait_until(
+            lambda: server.call("GET", "/healthz")[0] == 200, STARTUP_SECONDS, "calmon to start"
+        )
         yield server
     finally:
         process.terminate()
@@ -171,7 +178,9 @@ def workers_that_answered(server: Served) -> int:
 
 def test_counters_add_up_across_two_workers(served: Served) -> None:
     # The server answers once one worker is up; the other may still be booting.
-    wait_until(lambda: workers_that_answered(served) >= 2, 30, "both workers to answer")
+    wait_until(
+        lambda: workers_that_answered(served) >= 2, STARTUP_SECONDS, "both workers to answer"
+    )
     stream_some(served, "busy", n=20, batches=24)
     for _ in range(12):
         status, text = served.call("GET", "/metrics", token=None)
