@@ -37,7 +37,6 @@ error rates are in docs/statistics-tables.md.
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -288,8 +287,3 @@ def alert_design(level: float) -> DetectorDesign:
 def warn_design(level: float, alert_level: float) -> DetectorDesign:
     """Warn: evidence that the ECE exceeds ``level``, tuned for the alert level."""
     return DetectorDesign.tuned(level, alert_level, WARN_THRESHOLD)
-
-
-def e_value_bound(threshold: float) -> float:
-    """Ville's bound on the mean time to a false alarm, in blocks: ``e^threshold``."""
-    return math.exp(threshold)

@@ -245,15 +245,6 @@ class DriftPolicyBody(BodyModel):
 DRIFT_POLICY = Declared("DriftPolicy", DriftPolicyBody)
 
 
-def parse_policy(value: Any, errors: ErrorCollector, path: str = "policy") -> dict[str, Any]:
-    """Validate a drift policy (defaults fill missing thresholds); return its stored form
-    (every default for ``null``; ``{}`` after recording the problems of an invalid one)."""
-    if value is None:
-        return dict(DEFAULT_POLICY)
-    parsed = DRIFT_POLICY.parse(value, errors, datetime.now(UTC), path=path)
-    return {} if parsed is None else parsed.stored()
-
-
 class TemperatureBody(BodyModel):
     method: Literal["temperature"]
     temperature: Annotated[float, NO_INF_NAN, number_in(MIN_TEMPERATURE, MAX_TEMPERATURE), FINITE]
