@@ -1,7 +1,7 @@
 """Simulated error rates of calmon's statistics and decision rules, written as Markdown tables.
 
     .venv/bin/python bench/bench_statistics.py [--reps 1000] [--tail-reps 4000]
-        [--weeks 1000] [--out docs/statistics-tables.md] [--processes 2] [--quick]
+        [--weeks 1000] [--out bench/results/statistics-tables.md] [--processes 2] [--quick]
 
 Every table runs on data whose true calibration is known: the scenarios of
 ``tests/support/simulation.py`` (populations x shapes of miscalibration x true ECE at
@@ -893,7 +893,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=1000)
     parser.add_argument("--tail-reps", type=int, default=4000)
     parser.add_argument("--weeks", type=int, default=1000)
-    parser.add_argument("--out", default="docs/statistics-tables.md")
+    parser.add_argument("--out", default="bench/results/statistics-tables.md")
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)

@@ -31,7 +31,7 @@ buckets the window is tiled with: hours, 5-minute buckets at its ragged ends) in
 is S after the last block: the strongest evidence of the window's most recent stretch. A window
 therefore alarms only on its own predictions, and its alarm clears when newer calibrated rows
 outweigh the stretch, or the stretch leaves the window. The thresholds and their measured
-error rates are in docs/statistics-tables.md.
+error rates are in bench/results/statistics-tables.md.
 """
 
 from __future__ import annotations
