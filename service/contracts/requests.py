@@ -105,7 +105,6 @@ OBJECTIVES = ("nll",)
 DEFAULT_BINARY_CLASSES = ("negative", "positive")
 DEFAULT_POLICY: dict[str, Any] = {"max_ece": 0.05, "max_ece_increase": 0.02, "min_labeled": 200}
 MIN_COST = 1e-6
-MAX_TEXT_LENGTH = 2000
 _SHA256_HEX = 64
 METHODS = (*sorted({m for methods in FIT_METHODS.values() for m in methods}), "auto")
 
@@ -471,7 +470,6 @@ class RetirementBody(BodyModel):
 
 RETIREMENT = Declared("Retirement", RetirementBody)
 SPEC = tuple(SpecBody.model_fields)
-SPEC_REQUIRED = tuple(name for name, info in SpecBody.model_fields.items() if info.is_required())
 
 
 def parse_spec_fields(
