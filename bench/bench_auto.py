@@ -1,6 +1,6 @@
 """Choice rates of ``method: auto`` on seeded simulations whose true calibration map is known.
 
-    python bench/bench_auto.py [--reps 20] [--out docs/calibrator-choice.md]
+    python bench/bench_auto.py [--reps 20] [--out bench/results/calibrator-choice.md]
 
 Each scenario draws a fit set ``--reps`` times (generator ``default_rng([20261201, scenario,
 rep])``), runs ``service.calibration.auto.choose`` on it with every family of its task, and
@@ -80,7 +80,7 @@ def _fitter(task: str) -> Callable[[str, object, object], Calibrator]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=20)
-    parser.add_argument("--out", default="docs/calibrator-choice.md")
+    parser.add_argument("--out", default="bench/results/calibrator-choice.md")
     args = parser.parse_args()
     lines = [
         "# Choice rates of `method: auto`",

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 ${imports if imports else ""}
-import service.storage.types
+import service.db.types
 
 revision: str = ${repr(up_revision)}
 down_revision: str | None = ${repr(down_revision)}

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.audit.head import KeyedHead
-from service.db.models import AuditEventRecord, AuditHeadRecord
+from service.db.models import AuditHeadRecord
 
 #: The head is one row.
 _ROW = 1
@@ -29,7 +28,3 @@ def write_head(session: Session, head: KeyedHead) -> None:
     row.events, row.seq, row.sha256 = head.events, head.seq, head.sha256
     row.key_id, row.mac = head.key_id, head.mac
     session.flush()
-
-
-def count_events(session: Session) -> int:
-    return int(session.scalar(select(func.count()).select_from(AuditEventRecord)) or 0)

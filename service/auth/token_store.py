@@ -50,12 +50,6 @@ def live_token(
     return LiveToken(row.id, row.token_sha256, Principal(name=row.name, role=Role(row.role)))
 
 
-def principal_for_digest(session: Session, digest: str) -> Principal | None:
-    """The live (not revoked) token holder with this digest, if any."""
-    token = live_token(session, digest=digest)
-    return None if token is None else token.principal
-
-
 @dataclass(frozen=True)
 class TokenInfo:
     """What may be shown about a token: never the token nor its digest."""

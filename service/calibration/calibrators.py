@@ -106,10 +106,9 @@ class IdentityCalibrator:
 Calibrator = (
     TemperatureCalibrator | PlattCalibrator | IdentityCalibrator | BinaryFamily | MulticlassFamily
 )
-#: The methods for binary contracts only, for multiclass contracts only, and for both.
+#: The methods for binary contracts only and for multiclass contracts only.
 BINARY_ONLY = ("platt", "beta", "histogram")
 MULTICLASS_ONLY = ("vector", "matrix")
-BOTH = ("temperature", "identity", "isotonic")
 
 MIN_TEMPERATURE, MAX_TEMPERATURE = 0.05, 20.0
 MIN_PLATT_SLOPE, MAX_PLATT_SLOPE = 1e-6, 1e6

@@ -18,7 +18,7 @@ the window's buckets in time order. First match:
 
 A two-class multiclass model is judged in its positive-class view too (``Reading.positive_class``);
 either view's evidence raises a status. Error rates, per evaluation and over time, are in
-docs/statistics-tables.md.
+bench/results/statistics-tables.md.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ ECE weighs bins by their population shares, not by this sample's).
 "shrunk" world (every observed gap cut toward 0 by the same number of standard errors) that has
 the observed ECE as its median, or the median-unbiased estimate of the in-the-large gap if that
 is larger. It removes most of the plug-in's upward bias but is not median-unbiased for every
-configuration of gaps; its bias by data shape is tabulated in docs/statistics-tables.md.
+configuration of gaps; its bias by data shape is tabulated in bench/results/statistics-tables.md.
 
 No random numbers: the same statistics always give the same answer.
 """

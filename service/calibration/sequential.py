@@ -31,13 +31,12 @@ buckets the window is tiled with: hours, 5-minute buckets at its ragged ends) in
 is S after the last block: the strongest evidence of the window's most recent stretch. A window
 therefore alarms only on its own predictions, and its alarm clears when newer calibrated rows
 outweigh the stretch, or the stretch leaves the window. The thresholds and their measured
-error rates are in docs/statistics-tables.md.
+error rates are in bench/results/statistics-tables.md.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -288,8 +287,3 @@ def alert_design(level: float) -> DetectorDesign:
 def warn_design(level: float, alert_level: float) -> DetectorDesign:
     """Warn: evidence that the ECE exceeds ``level``, tuned for the alert level."""
     return DetectorDesign.tuned(level, alert_level, WARN_THRESHOLD)
-
-
-def e_value_bound(threshold: float) -> float:
-    """Ville's bound on the mean time to a false alarm, in blocks: ``e^threshold``."""
-    return math.exp(threshold)

@@ -1,8 +1,5 @@
-"""Field-by-field checks of decoded JSON that record every problem instead of stopping at one.
-
-Each ``expect_*`` function takes the value, its dotted path (``"predictions[3].ts"``), the
-``ErrorCollector`` and the batch item index (if any); it returns the parsed value, or ``None``
-after recording why the value is unusable.
+"""The bounds every request field shares, as plain checks (``service.common.declared`` builds
+the request bodies' types from them), and ``expect_object`` for the hand-checked objects.
 
 Bounds every field shares:
 
@@ -85,68 +82,6 @@ def expect_object(
     return value
 
 
-def expect_str(
-    value: Any,
-    path: str,
-    errors: ErrorCollector,
-    *,
-    max_length: int = 200,
-    pattern: re.Pattern[str] | None = None,
-    choices: Collection[str] | None = None,
-    item: int | None = None,
-) -> str | None:
-    """A non-empty string of valid text within ``max_length``, fully matching ``pattern`` /
-    one of ``choices``."""
-    if not isinstance(value, str) or not value.strip():
-        errors.add(path, "expected a non-empty string", item)
-        return None
-    if len(value) > max_length:
-        errors.add(path, f"longer than {max_length} characters", item)
-        return None
-    problem = text_problem(value)
-    if problem is not None:
-        errors.add(path, problem, item)
-        return None
-    if choices is not None and value not in choices:
-        errors.add(path, f"must be one of {', '.join(sorted(choices))}", item)
-        return None
-    if pattern is not None and not pattern.fullmatch(value):
-        errors.add(path, NAME_MESSAGE, item)
-        return None
-    return value
-
-
-def expect_number(
-    value: Any,
-    path: str,
-    errors: ErrorCollector,
-    *,
-    minimum: float | None = None,
-    maximum: float | None = None,
-    exclusive_minimum: bool = False,
-    item: int | None = None,
-) -> float | None:
-    """A finite JSON number (not a boolean) within the bounds."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        errors.add(path, "expected a number", item)
-        return None
-    number = finite_float(value)
-    if number is None:
-        errors.add(path, "must be finite", item)
-        return None
-    if minimum is not None:
-        if exclusive_minimum and number <= minimum:
-            errors.add(path, f"must be > {minimum}", item)
-            return None
-        if not exclusive_minimum and number < minimum:
-            errors.add(path, f"must be >= {minimum}", item)
-            return None
-    if maximum is not None and number > maximum:
-        errors.add(path, f"must be <= {maximum}", item)
-        return None
-    return number
-
-
 def finite_float(value: int | float) -> float | None:
     """``value`` as a finite float, or None (NaN, infinities, integers beyond float64)."""
     try:
@@ -154,32 +89,6 @@ def finite_float(value: int | float) -> float | None:
     except OverflowError:
         return None
     return number if math.isfinite(number) else None
-
-
-def expect_int(
-    value: Any,
-    path: str,
-    errors: ErrorCollector,
-    *,
-    minimum: int | None = None,
-    maximum: int | None = None,
-    item: int | None = None,
-) -> int | None:
-    """A JSON integer (``3``, not ``3.0`` or ``true``) within the bounds, and within
-    +-``MAX_JSON_INTEGER`` whatever the bounds."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        errors.add(path, "expected an integer", item)
-        return None
-    if abs(value) > MAX_JSON_INTEGER:
-        errors.add(path, f"must lie within +-{MAX_JSON_INTEGER} (2^53 - 1)", item)
-        return None
-    if minimum is not None and value < minimum:
-        errors.add(path, f"must be >= {minimum}", item)
-        return None
-    if maximum is not None and value > maximum:
-        errors.add(path, f"must be <= {maximum}", item)
-        return None
-    return value
 
 
 def parse_timestamp(value: Any) -> datetime | None:
@@ -219,27 +128,6 @@ def _parse_unusual(value: str) -> datetime | None:
 
 
 TIMESTAMP_HINT = "expected an RFC 3339 timestamp with a zone, e.g. 2026-10-01T00:00:00Z"
-
-
-def expect_timestamp(
-    value: Any,
-    path: str,
-    errors: ErrorCollector,
-    *,
-    now: datetime | None = None,
-    item: int | None = None,
-) -> datetime | None:
-    """An RFC 3339 timestamp with a zone (``2026-10-01T00:00:00Z``) in the accepted range
-    around ``now`` (default: the current time), see ``timestamp_problem``."""
-    parsed = parse_timestamp(value)
-    if parsed is None:
-        errors.add(path, TIMESTAMP_HINT, item)
-        return None
-    problem = timestamp_problem(parsed, now or datetime.now(UTC))
-    if problem is not None:
-        errors.add(path, problem, item)
-        return None
-    return parsed
 
 
 def format_timestamp(value: datetime) -> str:

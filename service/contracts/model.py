@@ -39,12 +39,10 @@ Task = Literal["multiclass", "binary"]
 TASKS = ("multiclass", "binary")
 #: The decision threshold of a binary contract whose policy sets no costs.
 DEFAULT_THRESHOLD = 0.5
-SPLITS = ("fit", "eval")
 #: Largest number of classes (K) and of bin edges a contract may have
 #: (``service.contracts.requests`` says why).
 MAX_CLASSES = 1000
 MAX_BIN_EDGES = 101
-WHICH = ("uncalibrated", "calibrated")
 
 
 #: The calibration methods a fit request may name, per task (``auto`` chooses among them).

@@ -105,7 +105,6 @@ OBJECTIVES = ("nll",)
 DEFAULT_BINARY_CLASSES = ("negative", "positive")
 DEFAULT_POLICY: dict[str, Any] = {"max_ece": 0.05, "max_ece_increase": 0.02, "min_labeled": 200}
 MIN_COST = 1e-6
-MAX_TEXT_LENGTH = 2000
 _SHA256_HEX = 64
 METHODS = (*sorted({m for methods in FIT_METHODS.values() for m in methods}), "auto")
 
@@ -243,15 +242,6 @@ class DriftPolicyBody(BodyModel):
 
 #: A drift policy (the OpenAPI document states it beside the contract replies).
 DRIFT_POLICY = Declared("DriftPolicy", DriftPolicyBody)
-
-
-def parse_policy(value: Any, errors: ErrorCollector, path: str = "policy") -> dict[str, Any]:
-    """Validate a drift policy (defaults fill missing thresholds); return its stored form
-    (every default for ``null``; ``{}`` after recording the problems of an invalid one)."""
-    if value is None:
-        return dict(DEFAULT_POLICY)
-    parsed = DRIFT_POLICY.parse(value, errors, datetime.now(UTC), path=path)
-    return {} if parsed is None else parsed.stored()
 
 
 class TemperatureBody(BodyModel):
@@ -480,7 +470,6 @@ class RetirementBody(BodyModel):
 
 RETIREMENT = Declared("Retirement", RetirementBody)
 SPEC = tuple(SpecBody.model_fields)
-SPEC_REQUIRED = tuple(name for name, info in SpecBody.model_fields.items() if info.is_required())
 
 
 def parse_spec_fields(

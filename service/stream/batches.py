@@ -311,7 +311,6 @@ PREDICTION_ITEM: dict[str, type[_Prediction]] = {
     "multiclass": MulticlassPrediction,
     "binary": BinaryPrediction,
 }
-LABEL_ITEM = LabelItem
 ContractId = Annotated[str, text_field(36), NOT_BLANK]
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -66,6 +68,24 @@ def _queue_storage(engine: Engine) -> dict[str, str]:
 
 def test_single_head() -> None:
     assert len(head_revisions()) == 1
+
+
+def test_a_new_revision_imports(tmp_path: Path) -> None:
+    """``alembic revision`` renders the script template into a module that imports, on top of
+    the current head (run on a copy of the migrations, so the real history is untouched)."""
+    copy = tmp_path / "migrations"
+    shutil.copytree(script_location(), copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    config = alembic_config()
+    config.set_main_option("script_location", str(copy))
+    script = command.revision(config, message="add a column", rev_id="9999")
+    assert script is not None and not isinstance(script, list)
+    spec = importlib.util.spec_from_file_location("revision_9999", script.path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.revision == "9999"
+    assert (module.down_revision,) == head_revisions()
+    assert callable(module.upgrade) and callable(module.downgrade)
 
 
 def test_database_is_at_head(database_url: str) -> None:

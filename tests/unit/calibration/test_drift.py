@@ -25,15 +25,15 @@ from service.calibration import (
     reading_from_stats,
     total_variation,
 )
-from service.calibration.rule_simulation import (
+from service.calibration.stats import multiclass_stats
+from tests.support.rule_simulation import (
     baseline_levels,
     labels_to_alert,
     steady_onsets,
     views_of,
     window_statuses,
 )
-from service.calibration.simulation import RowPool, scenario
-from service.calibration.stats import multiclass_stats
+from tests.support.simulation import RowPool, scenario
 
 EDGES = default_edges(10)
 RNG = np.random.default_rng(11)

@@ -21,8 +21,8 @@ from service.calibration.ece_inference import (
     upper_quantile,
     upper_tail,
 )
-from service.calibration.simulation import RowPool, scenario
 from service.calibration.stats import multiclass_stats
+from tests.support.simulation import RowPool, scenario
 
 
 def test_perfectly_matching_bins_show_no_error():

@@ -14,8 +14,8 @@ from service.calibration.probabilities import logit
 from service.calibration.refit import grouped_knot_sums
 from service.calibration.sequential import BinTables
 from service.calibration.series import series_readings
-from service.calibration.simulation import scenario
 from service.calibration.stats import binary_stats, multiclass_stats
+from tests.support.simulation import scenario
 
 EDGES = default_edges(15)
 POLICY = DriftPolicy(max_ece=0.05, max_ece_increase=0.02, min_labeled=100)

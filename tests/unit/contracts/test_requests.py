@@ -14,7 +14,6 @@ from service.contracts.requests import (
     DEFAULT_POLICY,
     EqualMass,
     parse_fit_request,
-    parse_policy,
     parse_retirement,
     parse_spec_fields,
 )
@@ -109,10 +108,6 @@ def test_spec_fields_alone_and_the_other_parsers() -> None:
     fields = parse_spec_fields(contract_fields(population=""), errors, NOW)
     assert [d.field for d in errors.details] == ["population"]
     assert fields["task"] == "multiclass" and fields["model"] is None
-    assert parse_policy(None, ErrorCollector()) == DEFAULT_POLICY
-    errors = ErrorCollector()
-    assert parse_policy({"max_ece": "x"}, errors, "p") == {}
-    assert [d.field for d in errors.details] == ["p.max_ece"]
     assert parse_retirement({"reason": "superseded"}, NOW) == "superseded"
     with pytest.raises(ValidationFailed):
         parse_retirement({"reason": "a\x00b"}, NOW)

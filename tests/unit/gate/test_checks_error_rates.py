@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from service.calibration import IdentityCalibrator
-from service.calibration.simulation import POPULATIONS, scenario
 from service.common.errors import ErrorCollector
 from service.contracts.fitting import fit_contract_spec
 from service.contracts.labeled_sets import LabeledSet
@@ -22,6 +21,7 @@ from service.contracts.model import Contract
 from service.contracts.requests import FitRequest, parse_spec_fields
 from service.gate.checks import evaluate_gate
 from service.gate.requests import parse_gate_request
+from tests.support.simulation import POPULATIONS, scenario
 
 
 def contract_of(

@@ -18,7 +18,7 @@ from service.calibration._checks import FloatArray
 from service.calibration.drift import DriftPolicy, StatusLevels, decide_statuses
 from service.calibration.ece_inference import infer_ece_many
 from service.calibration.sequential import LOOKBACK_ROWS, BinTables, block_increments
-from service.calibration.simulation import RowPool, trailing_values
+from tests.support.simulation import RowPool, trailing_values
 
 BLOCK_ROWS = 25
 BLOCKS_PER_WEEK = 2016

@@ -339,7 +339,7 @@ def cells(
 
 
 #: ``(population, shape, level) -> (amplitude, true ECE)``; regenerate with
-#: ``python -m service.calibration.simulation`` (minutes).
+#: ``python -m tests.support.simulation`` (minutes).
 SCENARIOS: dict[tuple[str, str, float], tuple[float, float]] = {
     ("beta25", "constant", 0.5): (0.025075696899766107, 0.025000),
     ("beta25", "constant", 0.9): (0.04542803580703601, 0.045000),
