@@ -36,6 +36,7 @@ from scipy.stats import chi2
 from service.calibration._checks import FloatArray, float_array, non_negative_number
 from service.calibration.ece_inference import EceInference
 from service.calibration.errors import CalibrationInputError
+from service.calibration.intervals import Z_95
 from service.calibration.readings import Reading, ReliabilityBin, bins_inference
 from service.calibration.refit import RefitEstimate
 from service.calibration.sequential import (
@@ -174,8 +175,8 @@ class ExpectedAccuracy:
         spread = math.sqrt(max(expected_sum - expected_square_sum, 0.0)) / n
         return cls(
             value,
-            max(value - 1.959963984540054 * spread, 0.0),
-            min(value + 1.959963984540054 * spread, 1.0),
+            max(value - Z_95 * spread, 0.0),
+            min(value + Z_95 * spread, 1.0),
             n,
         )
 

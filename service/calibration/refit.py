@@ -68,11 +68,11 @@ from service.calibration._checks import (
 )
 from service.calibration.errors import CalibrationInputError
 from service.calibration.fitting import T_MAX, T_MIN
+from service.calibration.intervals import Z_95
 
 MULTICLASS = "multiclass"
 BINARY = "binary"
 ZERO_KNOT = 18
-Z_95 = 1.959963984540054
 MAX_SCALED_LOGIT = 1e100
 BOUND_TOL = 1e-6
 _MULTICLASS_CHUNK = 1 << 15
@@ -105,7 +105,7 @@ class RefitEstimate:
 
     ``log_temperature_se`` is the standard error of ``u_hat = log T'``, ``1 / sqrt(L''(u_hat))``
     with L the summed (not mean) NLL; ``temperature_ci`` the 95% interval
-    ``exp(u_hat -+ 1.96 se)``; ``n`` the labeled rows; ``at_bound`` tells that ``u_hat`` sits on
+    ``exp(u_hat -+ Z_95 se)``; ``n`` the labeled rows; ``at_bound`` tells that ``u_hat`` sits on
     the edge of the knot range (T' = 0.05 or 20): the data push T' further.
     """
 
