@@ -21,6 +21,7 @@ import numpy as np
 from bench_parse import batch_arguments, timed
 
 from service.calibration import DriftPolicy, TemperatureCalibrator
+from service.calibration.vocabulary import Task
 from service.contracts.model import Baseline, Contract, ContractSpec, DataWindow, Split
 from service.stream.bucketing import bucket_deltas
 
@@ -32,7 +33,7 @@ def contract(classes: int) -> Contract:
     spec = ContractSpec(
         model="bench",
         checkpoint="c",
-        task="multiclass",
+        task=Task.MULTICLASS,
         classes=tuple(str(k) for k in range(classes)),
         calibrator=TemperatureCalibrator(1.3),
         objective="nll",

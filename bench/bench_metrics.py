@@ -24,11 +24,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_stream import PORT, drop_database, fresh_database, start_service
 
+from service.calibration.vocabulary import Status
 from service.config import Settings
 from service.db.database import Database
 from service.export.collector import render_readings
 from service.export.reading_store import ReadingRow, replace_model_readings, store_exposition
-from service.export.refresher import STATUS_CODES
 
 
 def main() -> None:
@@ -63,7 +63,7 @@ def main() -> None:
                     "refit_temperature": float(rng.uniform(0.8, 1.5)),
                     "confidence_psi": float(rng.uniform(0, 0.3)),
                     "expected_accuracy": float(rng.uniform(0.5, 1)),
-                    "drift_status": STATUS_CODES["ok"],
+                    "drift_status": Status.OK.gauge_value,
                     "status": "ok",
                     "reasons": [],
                     "policy_max_ece": 0.05,

@@ -48,15 +48,9 @@ from scipy.stats import norm
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from service.calibration import IdentityCalibrator
-from service.calibration.drift import (
-    ALERT,
-    INSUFFICIENT_DATA,
-    OK,
-    WARN,
-    DriftPolicy,
-    confidence_shift,
-)
+from service.calibration.drift import DriftPolicy, confidence_shift
 from service.calibration.ece_inference import infer_ece_many
+from service.calibration.vocabulary import Status
 from service.common.errors import ErrorCollector, ValidationFailed
 from service.contracts.fitting import fit_contract_spec
 from service.contracts.labeled_sets import LabeledSet
@@ -89,7 +83,7 @@ FLEET_COHORTS = 50
 GATE_EVAL_SIZES = (500, 3000)
 GATE_FITTED = (("k10", "temperature"), ("beta25", "temperature"), ("beta25", "platt"))
 STREAMS = {"interval": 1, "status": 2, "gate": 3, "time": 4, "step": 5, "two": 6, "psi": 8}
-STATUSES = (OK, WARN, ALERT, INSUFFICIENT_DATA)
+STATUSES = (Status.OK, Status.WARN, Status.ALERT, Status.INSUFFICIENT_DATA)
 # Targets.
 TAIL_TARGET = 0.025
 WARN_TARGET = 0.05
@@ -571,15 +565,17 @@ def status_section(results: dict[tuple[str, tuple[Any, ...]], Arrays]) -> list[s
                 *(_f(share[s]) for s in STATUSES),
             ]
         )
-        flagged = share[WARN] + share[ALERT]
+        flagged = share[Status.WARN] + share[Status.ALERT]
         if level <= 0.5 and flagged > WARN_TARGET:
             misses.append(
                 f"{population}/{shape}/{level:g}/N={N}/b={baseline_n} warns {flagged:.3f}"
             )
-        if level <= 1.0 and share[ALERT] > ALERT_TARGET:
-            misses.append(f"{population}/{shape}/{level:g}/N={N} alerts {share[ALERT]:.3f}")
-        if level == 2.0 and N == 300 and share[ALERT] < POWER_TARGET:
-            misses.append(f"{population}/{shape}/N=300 alerts {share[ALERT]:.3f} at 2 x max_ece")
+        if level <= 1.0 and share[Status.ALERT] > ALERT_TARGET:
+            misses.append(f"{population}/{shape}/{level:g}/N={N} alerts {share[Status.ALERT]:.3f}")
+        if level == 2.0 and N == 300 and share[Status.ALERT] < POWER_TARGET:
+            misses.append(
+                f"{population}/{shape}/N=300 alerts {share[Status.ALERT]:.3f} at 2 x max_ece"
+            )
     header = [
         "population",
         "shape",

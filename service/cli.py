@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from service.auth.tokens import Role
+from service.calibration.vocabulary import Task
 from service.config import load_settings
 
 if TYPE_CHECKING:
@@ -323,7 +324,7 @@ def _fit(args: argparse.Namespace) -> int:
     if args.local:
         path, body = "/v1/contracts", _locally_fitted(fields, args.method, sets)
     else:
-        key = "logits" if fields["task"] == "multiclass" else "scores"
+        key = "logits" if fields["task"] == Task.MULTICLASS else "scores"
         path = "/v1/contracts/fit"
         body = {
             **spec,

@@ -27,6 +27,7 @@ from service.calibration.calibrators import Calibrator
 from service.calibration.errors import CalibrationInputError, FitError
 from service.calibration.readings import reading_from_stats
 from service.calibration.stats import binary_stats, combine_stats, multiclass_stats, row_nll
+from service.calibration.vocabulary import Task
 
 FOLDS = 5
 SEED = 0
@@ -125,7 +126,7 @@ def choose(
                 train, held = fold != f, fold == f
                 calibrator = fit(method, x[train], y[train])
                 nll[held] = row_nll(task, x[held], y[held], calibrator)
-                if task == "multiclass":
+                if task == Task.MULTICLASS:
                     parts.append(
                         multiclass_stats(
                             x[held], y[held], edges, calibrator=calibrator, classwise=False

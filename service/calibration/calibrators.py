@@ -59,6 +59,7 @@ from service.calibration.multiclass_families import (
     VectorCalibrator,
 )
 from service.calibration.probabilities import logit_unchecked, sigmoid_unchecked, softmax
+from service.calibration.vocabulary import Task
 
 
 @dataclass(frozen=True)
@@ -235,13 +236,13 @@ def _family_from_dict(
 def task_problem(calibrator: Calibrator, task: str | None) -> tuple[str, str] | None:
     """``(field, why)`` when a calibrator cannot serve a task, else None."""
     method = calibrator.to_dict()["method"]
-    if task == "multiclass" and method in BINARY_ONLY:
+    if task == Task.MULTICLASS and method in BINARY_ONLY:
         return "calibrator.method", f"{method} calibration is for binary contracts only"
-    if task == "binary" and method in MULTICLASS_ONLY:
+    if task == Task.BINARY and method in MULTICLASS_ONLY:
         return "calibrator.method", f"{method} scaling is for multiclass contracts only"
-    if task == "multiclass" and isinstance(calibrator, IsotonicCalibrator):
+    if task == Task.MULTICLASS and isinstance(calibrator, IsotonicCalibrator):
         return "calibrator.per_class", "a multiclass isotonic calibrator lists one map per class"
-    if task == "binary" and isinstance(calibrator, IsotonicOvRCalibrator):
+    if task == Task.BINARY and isinstance(calibrator, IsotonicOvRCalibrator):
         return "calibrator.per_class", "a binary isotonic calibrator is one map (x, y)"
     return None
 

@@ -18,7 +18,8 @@ import numpy as np
 from service.calibration.errors import CalibrationInputError
 from service.calibration.intervals import wilson_interval
 from service.calibration.readings import ReliabilityBin
-from service.calibration.stats import MULTICLASS, CalibrationStats
+from service.calibration.stats import CalibrationStats
+from service.calibration.vocabulary import Task
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class ClassReliability:
 
 def class_reliability(stats: CalibrationStats) -> tuple[ClassReliability, ...]:
     """Every class's reliability table, from multiclass statistics with class-wise tables."""
-    if stats.task != MULTICLASS or stats.class_bin_count is None:
+    if stats.task != Task.MULTICLASS or stats.class_bin_count is None:
         raise CalibrationInputError("stats", "class-wise tables need multiclass statistics")
     assert stats.class_bin_prob_sum is not None and stats.class_bin_label_sum is not None
     counts = stats.class_bin_count

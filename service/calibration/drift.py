@@ -36,6 +36,7 @@ from scipy.stats import chi2
 from service.calibration._checks import FloatArray, float_array, non_negative_number
 from service.calibration.ece_inference import EceInference
 from service.calibration.errors import CalibrationInputError
+from service.calibration.intervals import Z_95
 from service.calibration.readings import Reading, ReliabilityBin, bins_inference
 from service.calibration.refit import RefitEstimate
 from service.calibration.sequential import (
@@ -46,11 +47,8 @@ from service.calibration.sequential import (
     detect,
     warn_design,
 )
+from service.calibration.vocabulary import Status, Task
 
-INSUFFICIENT_DATA = "insufficient_data"
-OK = "ok"
-WARN = "warn"
-ALERT = "alert"
 CANNOT_TELL_FACTOR = 2.0
 PSI_EPSILON = 1e-4
 #: Adjacent bins are merged for the shift test until each expects this many rows of the
@@ -174,8 +172,8 @@ class ExpectedAccuracy:
         spread = math.sqrt(max(expected_sum - expected_square_sum, 0.0)) / n
         return cls(
             value,
-            max(value - 1.959963984540054 * spread, 0.0),
-            min(value + 1.959963984540054 * spread, 1.0),
+            max(value - Z_95 * spread, 0.0),
+            min(value + Z_95 * spread, 1.0),
             n,
         )
 
@@ -399,14 +397,14 @@ def window_views(reading: Reading, edges: Sequence[float]) -> list[tuple[BinTabl
     """The reading's bins as a one-block detector input per view (no lookback): what the
     status rule reads when a window comes without its buckets (a set of rows)."""
     e = np.asarray(edges, dtype=np.float64)
-    views = [(_one_block(reading.bins, e, reading.task == "binary", _view_name(reading)), 0)]
+    views = [(_one_block(reading.bins, e, reading.task == Task.BINARY, _view_name(reading)), 0)]
     if reading.positive_class is not None:
         views.append((_one_block(reading.positive_class.bins, e, True, "positive-class"), 0))
     return views
 
 
 def _view_name(reading: Reading) -> str:
-    return "positive" if reading.task == "binary" else "top-label"
+    return "positive" if reading.task == Task.BINARY else "top-label"
 
 
 def _one_block(
@@ -429,7 +427,7 @@ def _one_block(
 class StatusDecision:
     """A status, its reasons and the detectors' evidence behind it."""
 
-    status: str
+    status: Status
     reasons: tuple[str, ...]
     levels: StatusLevels
     alert: Detection | None
@@ -463,31 +461,31 @@ def decide_status(
     """The status of one window (module docstring), with its reasons and evidence."""
     if window.n == 0:
         return StatusDecision(
-            INSUFFICIENT_DATA, ("no labeled predictions in the window",), levels, None, None
+            Status.INSUFFICIENT_DATA, ("no labeled predictions in the window",), levels, None, None
         )
     if window.n < policy.min_labeled:
         reason = (
             f"{window.n} labeled predictions in the window, fewer than min_labeled "
             f"{policy.min_labeled}"
         )
-        return StatusDecision(INSUFFICIENT_DATA, (reason,), levels, None, None)
+        return StatusDecision(Status.INSUFFICIENT_DATA, (reason,), levels, None, None)
     alert = detect(views, levels.alert_design)
     warn = detect(views, levels.warn_design)
     lower, upper = window.ece_ci
     interval = f"the window's 95% ECE interval is [{lower:.4f}, {upper:.4f}]"
     if alert.alarm:
         reason = f"{alert.describe()}, the alert level ({levels.describe(policy)}); {interval}"
-        return StatusDecision(ALERT, (reason,), levels, alert, warn)
+        return StatusDecision(Status.ALERT, (reason,), levels, alert, warn)
     if warn.alarm:
         reason = f"{warn.describe()}, the warn level; {interval}"
-        return StatusDecision(WARN, (reason,), levels, alert, warn)
+        return StatusDecision(Status.WARN, (reason,), levels, alert, warn)
     if _cannot_tell(upper, window.positive_class, levels):
         reason = (
             f"{interval}: it still admits {CANNOT_TELL_FACTOR:g} x the alert level "
             f"{levels.alert:.4f}, so the window cannot tell"
         )
-        return StatusDecision(INSUFFICIENT_DATA, (reason,), levels, alert, warn)
-    return StatusDecision(OK, (), levels, alert, warn)
+        return StatusDecision(Status.INSUFFICIENT_DATA, (reason,), levels, alert, warn)
+    return StatusDecision(Status.OK, (), levels, alert, warn)
 
 
 def _cannot_tell(upper: float, view: Any, levels: StatusLevels) -> bool:
@@ -515,6 +513,6 @@ def decide_statuses(
             warn_values >= levels.warn_design.threshold,
             upper >= CANNOT_TELL_FACTOR * levels.alert,
         ],
-        [INSUFFICIENT_DATA, ALERT, WARN, INSUFFICIENT_DATA],
-        default=OK,
+        [Status.INSUFFICIENT_DATA, Status.ALERT, Status.WARN, Status.INSUFFICIENT_DATA],
+        default=Status.OK,
     )

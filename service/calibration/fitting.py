@@ -46,6 +46,7 @@ from service.calibration.probabilities import (
     logit_unchecked,
     sigmoid_unchecked,
 )
+from service.calibration.vocabulary import Task
 
 T_MIN, T_MAX = MIN_TEMPERATURE, MAX_TEMPERATURE
 LOG_T_TOL = 1e-9
@@ -151,10 +152,10 @@ def refit_temperature(
     ``inputs``: (N, K) logits for ``task="multiclass"``, (N,) scores for ``task="binary"``,
     where the calibrated log-odds (Platt, temperature or clipped identity) are rescaled.
     """
-    if task == "multiclass":
+    if task == Task.MULTICLASS:
         z, T = calibrated_logits(calibrator, logit_matrix(inputs))
         return fit_temperature(z / T, labels)
-    if task == "binary":
+    if task == Task.BINARY:
         return fit_log_odds_temperature(binary_log_odds(calibrator, unit_scores(inputs)), labels)
     raise FitError("task", f"must be 'multiclass' or 'binary', got {task!r}")
 

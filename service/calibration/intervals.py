@@ -16,6 +16,7 @@ from service.calibration.ece_inference import infer_ece
 from service.calibration.errors import CalibrationInputError
 from service.calibration.stats import CalibrationStats
 
+#: The two-sided 95% normal quantile, ``scipy.stats.norm.ppf(0.975)``: every 95% interval's z.
 Z_95 = 1.959963984540054
 
 

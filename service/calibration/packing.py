@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from service.calibration.refit import N_KNOTS
-from service.calibration.stats import BINARY, CalibrationStats, empty_stats
+from service.calibration.stats import CalibrationStats, empty_stats
+from service.calibration.vocabulary import Task
 
 _SCALARS = ("n", "nll_sum", "brier_sum", "correct_sum", "confidence_sum")
 _ARRAYS = (
@@ -63,7 +64,7 @@ def keeps_classwise(task: str, n_classes: int, n_bins: int) -> bool:
     """Whether bucket statistics of ``task`` with K = ``n_classes`` classes and M = ``n_bins``
     bins keep class-wise tables: multiclass with K M <= ``CLASSWISE_MAX_CELLS`` (binary
     statistics never have them; K = 2 keeps them at every M calmon accepts, up to 100)."""
-    return task != BINARY and n_classes * n_bins <= CLASSWISE_MAX_CELLS
+    return task != Task.BINARY and n_classes * n_bins <= CLASSWISE_MAX_CELLS
 
 
 @dataclass(frozen=True)
@@ -191,7 +192,7 @@ def unpack(vector: np.ndarray, layout: StatsLayout) -> CalibrationStats:
         task=layout.task,
         edges=np.asarray(layout.edges),
         n_classes=layout.n_classes,
-        threshold=layout.threshold if layout.task == BINARY else None,
+        threshold=layout.threshold if layout.task == Task.BINARY else None,
         **values,
     )
 

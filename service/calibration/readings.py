@@ -40,12 +40,11 @@ from service.calibration.ece_inference import EceInference, infer_ece
 from service.calibration.errors import CalibrationInputError
 from service.calibration.intervals import wilson_interval
 from service.calibration.stats import (
-    BINARY,
-    MULTICLASS,
     CalibrationStats,
     binary_stats,
     multiclass_stats,
 )
+from service.calibration.vocabulary import Task
 
 _NAN = float("nan")
 #: ``mce_supported`` looks only at bins holding at least this many rows: a bin of n rows has a
@@ -190,10 +189,10 @@ class Reading:
             "bins": [b.to_dict() for b in self.bins],
             "label_counts": list(self.label_counts),
         }
-        extra = _MULTICLASS_KEYS if self.task == MULTICLASS else _BINARY_KEYS
+        extra = _MULTICLASS_KEYS if self.task == Task.MULTICLASS else _BINARY_KEYS
         for key in extra:
             out[key] = _json(getattr(self, key))
-        if self.task == MULTICLASS:
+        if self.task == Task.MULTICLASS:
             view = self.positive_class
             out["positive_class"] = None if view is None else view.to_dict()
         return out
@@ -211,10 +210,10 @@ class Reading:
         """
         if not isinstance(d, Mapping):
             raise CalibrationInputError(field, "must be an object")
-        task = BINARY if "auc" in d else MULTICLASS
-        extra = _BINARY_KEYS if task == BINARY else _MULTICLASS_KEYS
+        task = Task.BINARY if "auc" in d else Task.MULTICLASS
+        extra = _BINARY_KEYS if task == Task.BINARY else _MULTICLASS_KEYS
         allowed = set(REQUIRED_KEYS) | set(_INFERRED_KEYS) | set(extra)
-        if task == MULTICLASS:
+        if task == Task.MULTICLASS:
             allowed.add("positive_class")
         for key in d:
             if key not in allowed:
@@ -435,7 +434,7 @@ def _table_bins(
 def positive_view(stats: CalibrationStats) -> PositiveClassView | None:
     """Class 1's reliability view of two-class multiclass statistics (None otherwise)."""
     if (
-        stats.task != MULTICLASS
+        stats.task != Task.MULTICLASS
         or len(stats.label_counts) != 2
         or stats.class_bin_count is None
         or stats.class_bin_prob_sum is None
@@ -501,7 +500,7 @@ def reading_from_stats(
     ``costs = (c_fp, c_fn)`` (binary only) adds ``expected_cost = (c_fp FP + c_fn FN) / N``;
     the statistics must then have been taken at ``threshold = decision_threshold(c_fp, c_fn)``.
     """
-    binary = stats.task == BINARY
+    binary = stats.task == Task.BINARY
     if costs is not None:
         if not binary:
             raise CalibrationInputError("costs", "apply to binary readings only")

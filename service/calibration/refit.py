@@ -46,11 +46,10 @@ from service.calibration._checks import (
 )
 from service.calibration.errors import CalibrationInputError
 from service.calibration.fitting import T_MAX, T_MIN
+from service.calibration.intervals import Z_95
+from service.calibration.vocabulary import Task
 
-MULTICLASS = "multiclass"
-BINARY = "binary"
 ZERO_KNOT = 18
-Z_95 = 1.959963984540054
 MAX_SCALED_LOGIT = 1e100
 BOUND_TOL = 1e-6
 _MULTICLASS_CHUNK = 1 << 15
@@ -83,7 +82,7 @@ class RefitEstimate:
 
     ``log_temperature_se`` is the standard error of ``u_hat = log T'``, ``1 / sqrt(L''(u_hat))``
     with L the summed (not mean) NLL; ``temperature_ci`` the 95% interval
-    ``exp(u_hat -+ 1.96 se)``; ``n`` the labeled rows; ``at_bound`` tells that ``u_hat`` sits on
+    ``exp(u_hat -+ Z_95 se)``; ``n`` the labeled rows; ``at_bound`` tells that ``u_hat`` sits on
     the edge of the knot range (T' = 0.05 or 20): the data push T' further.
     """
 
@@ -249,7 +248,7 @@ def grouped_knot_sums(
     second (q = 2) derivative in ``u = log T'`` at ``REFIT_KNOTS[j]``; empty groups give zeros.
     """
     T0 = positive_number(temperature, "temperature")
-    if task == MULTICLASS:
+    if task == Task.MULTICLASS:
         z = logit_matrix(inputs)
         N, K = z.shape
         y = class_labels(labels, N, K)
@@ -260,7 +259,7 @@ def grouped_knot_sums(
             for c in _row_chunks(N, K, _MULTICLASS_CHUNK)
         ]
         return np.sum(parts, axis=0)
-    if task == BINARY:
+    if task == Task.BINARY:
         if T0 != 1.0:
             raise CalibrationInputError(
                 "temperature", "applies to multiclass logits only; pass calibrated log-odds"
@@ -287,7 +286,7 @@ def multiclass_knot_sums(logits: Any, labels: Any, temperature: float = 1.0) -> 
     """
     z = logit_matrix(logits)
     zeros = np.zeros(z.shape[0], dtype=np.int64)
-    return grouped_knot_sums(MULTICLASS, z, labels, zeros, 1, temperature=temperature)[0]
+    return grouped_knot_sums(Task.MULTICLASS, z, labels, zeros, 1, temperature=temperature)[0]
 
 
 def binary_knot_sums(log_odds: Any, labels: Any) -> FloatArray:
@@ -298,7 +297,7 @@ def binary_knot_sums(log_odds: Any, labels: Any) -> FloatArray:
     """
     v = float_array(log_odds, "log_odds", 1)
     zeros = np.zeros(v.shape[0], dtype=np.int64)
-    return grouped_knot_sums(BINARY, v, labels, zeros, 1)[0]
+    return grouped_knot_sums(Task.BINARY, v, labels, zeros, 1)[0]
 
 
 def _knot_sum_array(sums: Any) -> FloatArray:

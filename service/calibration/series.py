@@ -28,6 +28,7 @@ from service.calibration.packing import StatsLayout, unpack_fields, unpack_knots
 from service.calibration.readings import Reading, bins_inference
 from service.calibration.refit import RefitEstimates, refit_many
 from service.calibration.sequential import BinTables, detection_paths
+from service.calibration.vocabulary import Task
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,7 @@ def step_views(fields: dict[str, np.ndarray], layout: StatsLayout) -> list[BinTa
     binary) view, and for a two-class multiclass layout with class-wise tables the positive
     class's view. ``fields`` are ``packing.unpack_fields`` output in time order."""
     edges = np.asarray(layout.edges, dtype=np.float64)
-    binary = layout.task == "binary"
+    binary = layout.task == Task.BINARY
     views = [
         BinTables(
             fields["bin_count"],

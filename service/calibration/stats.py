@@ -45,9 +45,8 @@ from service.calibration.calibrators import (
 )
 from service.calibration.errors import CalibrationInputError
 from service.calibration.probabilities import log_sigmoid_unchecked
+from service.calibration.vocabulary import Task
 
-MULTICLASS = "multiclass"
-BINARY = "binary"
 AUC_CELLS = 1000
 _AUC_EDGES = default_edges(AUC_CELLS)
 
@@ -111,19 +110,19 @@ class CalibrationStats:
     negative_hist: IntArray | None = None
 
     def __post_init__(self) -> None:
-        if self.task not in (MULTICLASS, BINARY):
-            raise CalibrationInputError("stats.task", f"must be {MULTICLASS!r} or {BINARY!r}")
+        if self.task not in (Task.MULTICLASS, Task.BINARY):
+            raise CalibrationInputError("stats.task", "must be 'multiclass' or 'binary'")
         edges = validate_edges(self.edges, "stats.edges")
         object.__setattr__(self, "edges", edges)
         K = _count(self.n_classes, "stats.n_classes")
-        if K < 2 or (self.task == BINARY and K != 2):
+        if K < 2 or (self.task == Task.BINARY and K != 2):
             raise CalibrationInputError("stats.n_classes", "must be >= 2 (binary: exactly 2)")
         object.__setattr__(self, "n_classes", K)
         for name in _COUNTS:
             object.__setattr__(self, name, _count(getattr(self, name), f"stats.{name}"))
         for name in _SCALARS:
             object.__setattr__(self, name, finite_number(getattr(self, name), f"stats.{name}"))
-        binary = self.task == BINARY
+        binary = self.task == Task.BINARY
         classwise = self.class_bin_count is not None
         if binary:
             tau = finite_number(self.threshold, "stats.threshold")
@@ -270,7 +269,7 @@ def empty_stats(
     """
     e = validate_edges(edges)
     M, K = e.size - 1, _count(n_classes, "n_classes")
-    binary = task == BINARY
+    binary = task == Task.BINARY
     if binary and K != 2:
         raise CalibrationInputError("n_classes", "must be 2 for binary statistics")
     multi_cw = classwise and not binary
@@ -349,7 +348,7 @@ def _multiclass_terms(
         cells += np.arange(K, dtype=np.int64) * M
         probs = work
     return _RowTerms(
-        task=MULTICLASS,
+        task=Task.MULTICLASS,
         edges=e,
         n_classes=K,
         bins=bin_index(conf, e, equal),
@@ -373,7 +372,7 @@ def _binary_terms(
     residual = p - y
     predicted = p >= tau
     return _RowTerms(
-        task=BINARY,
+        task=Task.BINARY,
         edges=e,
         n_classes=2,
         bins=bin_index(p, e, is_equal_width(e)),
@@ -473,7 +472,7 @@ def multiclass_stats(
     e = validate_edges(edges)
     if N == 0:
         calibrated_logits(calibrator, z)  # refuses a binary-only calibrator
-        return empty_stats(MULTICLASS, e, K, classwise=classwise)
+        return empty_stats(Task.MULTICLASS, e, K, classwise=classwise)
     terms = _multiclass_terms(*calibrated_logits(calibrator, z), y, e, classwise)
     return _stats_of(terms, _reduce(terms, None, 1), 0)
 
@@ -496,7 +495,7 @@ def binary_stats(
     e = validate_edges(edges)
     tau = _threshold(threshold)
     if N == 0:
-        return empty_stats(BINARY, e, 2, threshold=tau)
+        return empty_stats(Task.BINARY, e, 2, threshold=tau)
     terms = _binary_terms(s, y, e, calibrator, tau)
     return _stats_of(terms, _reduce(terms, None, 1), 0)
 
@@ -508,14 +507,14 @@ def row_nll(task: str, inputs: Any, labels: Any, calibrator: Calibrator) -> Floa
     computed exactly as the statistics' ``nll_sum`` terms.
     """
     e = default_edges(1)
-    if task == MULTICLASS:
+    if task == Task.MULTICLASS:
         z = logit_matrix(inputs)
         y = class_labels(labels, z.shape[0], z.shape[1])
         return _multiclass_terms(*calibrated_logits(calibrator, z), y, e, False).nll
-    if task == BINARY:
+    if task == Task.BINARY:
         s = unit_scores(inputs)
         return _binary_terms(s, class_labels(labels, s.shape[0], 2), e, calibrator, 0.5).nll
-    raise CalibrationInputError("task", f"must be {MULTICLASS!r} or {BINARY!r}, got {task!r}")
+    raise CalibrationInputError("task", f"must be 'multiclass' or 'binary', got {task!r}")
 
 
 def _threshold(threshold: float) -> float:
@@ -547,7 +546,7 @@ def grouped_stats(
     """
     g = np.asarray(group, dtype=np.int64)
     e = validate_edges(edges)
-    if task == MULTICLASS:
+    if task == Task.MULTICLASS:
         z = logit_matrix(inputs)
         terms = _multiclass_terms(
             *calibrated_logits(calibrator, z),

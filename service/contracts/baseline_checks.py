@@ -16,6 +16,7 @@ from pydantic import Field, WithJsonSchema
 from service.calibration import CalibrationInputError
 from service.calibration.nll_comparison import NllDifference
 from service.calibration.readings import Reading
+from service.calibration.vocabulary import Task
 from service.common.declared import (
     FINITE,
     JSON_INTEGER,
@@ -161,7 +162,7 @@ def _check_task_keys(value: Any, path: str, task: str, errors: ErrorCollector) -
     if not isinstance(value, Mapping):
         return True
     before = errors.total
-    if task == "binary":
+    if task == Task.BINARY:
         for key in _BINARY_READING_KEYS:
             if key not in value:
                 errors.add(f"{path}.{key}", "is required in a binary reading (null if unknown)")
@@ -223,7 +224,7 @@ def _parse_reading(
     for key in ("ece", "accuracy", "mean_confidence"):
         _check_range(getattr(reading, key), f"{path}.{key}", errors, 0, 1)
     _check_range(reading.nll, f"{path}.nll", errors, 0, MAX_NLL)
-    _check_range(reading.brier, f"{path}.brier", errors, 0, 1 if task == "binary" else 2)
+    _check_range(reading.brier, f"{path}.brier", errors, 0, 1 if task == Task.BINARY else 2)
     lower, upper = reading.ece_ci
     if not 0 <= lower <= upper <= 1:
         errors.add(f"{path}.ece_ci", "must be [lower, upper] with 0 <= lower <= upper <= 1")
@@ -233,7 +234,7 @@ def _parse_reading(
         count = getattr(reading, key)
         if count is not None and not 1 <= count <= reading.n:
             errors.add(f"{path}.{key}", f"must lie in [1, n = {reading.n}] or be null")
-    if task == "binary":
+    if task == Task.BINARY:
         _check_range(reading.auc, f"{path}.auc", errors, 0, 1, nullable=True)
         for key in ("prevalence", "mean_score", "threshold"):
             _check_range(getattr(reading, key), f"{path}.{key}", errors, 0, 1)

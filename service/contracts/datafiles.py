@@ -15,6 +15,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from service.calibration.vocabulary import Task
 from service.contracts.labeled_sets import LabeledSet
 
 
@@ -50,7 +51,7 @@ def read_labeled_set(
     """Read ``path`` (.csv or .npz) as a labeled set for ``task``."""
     if path.suffix == ".npz":
         with np.load(path) as data:
-            key = "logits" if task == "multiclass" else "scores"
+            key = "logits" if task == Task.MULTICLASS else "scores"
             if key not in data or "labels" not in data:
                 raise DataFileError(f"{path}: needs arrays '{key}' and 'labels'")
             return LabeledSet(
@@ -65,7 +66,7 @@ def read_labeled_set(
             raise DataFileError(f"{path}: the header needs a 'label' column")
         label_at = header.index("label")
         value_columns = [i for i, name in enumerate(header) if i != label_at]
-        if task == "binary":
+        if task == Task.BINARY:
             if "score" not in header:
                 raise DataFileError(f"{path}: a binary set needs a 'score' column")
             value_columns = [header.index("score")]
@@ -81,7 +82,7 @@ def read_labeled_set(
                 values = [float(row[i]) for i in value_columns]
             except (ValueError, IndexError):
                 raise DataFileError(f"{where}: expected numbers") from None
-            inputs.append(values if task == "multiclass" else values[0])
+            inputs.append(values if task == Task.MULTICLASS else values[0])
             labels.append(_label_index(row[label_at], classes, where))
             if len(labels) % 100_000 == 0:
                 _progress(len(labels), total, progress)

@@ -37,18 +37,19 @@ from service.calibration.multiclass_families import (
     VectorCalibrator,
 )
 from service.calibration.nll_comparison import nll_difference
+from service.calibration.vocabulary import Task
 from service.common.errors import ErrorDetail, ValidationFailed
 from service.contracts.labeled_sets import LabeledSet
 from service.contracts.model import FIT_METHODS, Baseline, BaselineSplit, ContractSpec
 from service.contracts.requests import EqualMass, FitRequest, check_disjoint, spec_of
 
 _FAMILIES: dict[tuple[str, str], Any] = {
-    ("binary", "isotonic"): IsotonicCalibrator.fit,
-    ("binary", "histogram"): HistogramCalibrator.fit,
-    ("binary", "beta"): BetaCalibrator.fit,
-    ("multiclass", "isotonic"): IsotonicOvRCalibrator.fit,
-    ("multiclass", "vector"): VectorCalibrator.fit,
-    ("multiclass", "matrix"): MatrixCalibrator.fit,
+    (Task.BINARY, "isotonic"): IsotonicCalibrator.fit,
+    (Task.BINARY, "histogram"): HistogramCalibrator.fit,
+    (Task.BINARY, "beta"): BetaCalibrator.fit,
+    (Task.MULTICLASS, "isotonic"): IsotonicOvRCalibrator.fit,
+    (Task.MULTICLASS, "vector"): VectorCalibrator.fit,
+    (Task.MULTICLASS, "matrix"): MatrixCalibrator.fit,
 }
 
 
@@ -62,7 +63,7 @@ def fit_method(task: str, method: str, inputs: Any, labels: Any) -> Calibrator:
         calibrator = family(inputs, labels)
     elif method == "identity":
         calibrator = IdentityCalibrator()
-    elif task == "multiclass":
+    elif task == Task.MULTICLASS:
         calibrator = TemperatureCalibrator(fit_temperature(inputs, labels).temperature)
     elif method == "platt":
         result = fit_platt(inputs, labels)
@@ -105,7 +106,7 @@ def equal_mass_edges(task: str, data: LabeledSet, calibrator: Calibrator, bins: 
     taken as the inverted empirical CDF (the smallest confidence with at least ``j N / M`` rows
     at or below it), so tied confidences give equal quantiles; those, and any on 0 or 1, are
     merged, so M' <= M."""
-    if task == "multiclass":
+    if task == Task.MULTICLASS:
         confidence = multiclass_probabilities(calibrator, data.inputs).max(axis=1)
     else:
         confidence = binary_probabilities(calibrator, data.inputs)
@@ -123,7 +124,7 @@ def reading_of(
 ) -> Reading:
     """The reading of a labeled set under ``calibrator`` with the contract's (M + 1,) edges and,
     for a binary task, its costs ``(c_fp, c_fn)`` (None: threshold 0.5, no expected cost)."""
-    if task == "multiclass":
+    if task == Task.MULTICLASS:
         return multiclass_reading(data.inputs, data.labels, edges, calibrator=calibrator)
     c_fp, c_fn = costs if costs is not None else (None, None)
     return binary_reading(
@@ -168,7 +169,7 @@ def fit_contract_spec(request: FitRequest) -> ContractSpec:
         fields = {**fields, "bin_edges": tuple(edges.tolist())}
     edges = np.asarray(fields["bin_edges"], dtype=np.float64)
     policy = DriftPolicy.from_dict(fields["policy"])
-    costs = policy.costs if task == "binary" else None
+    costs = policy.costs if task == Task.BINARY else None
     baseline = Baseline.of(
         baseline_split(task, request.fit, edges, calibrator, costs),
         baseline_split(task, request.eval, edges, calibrator, costs),

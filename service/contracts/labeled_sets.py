@@ -13,6 +13,7 @@ from annotated_types import Len
 from pydantic import ConfigDict, Field, StringConstraints
 
 from service.calibration._checks import MAX_ABS_LOGIT
+from service.calibration.vocabulary import Task
 from service.common.declared import (
     FINITE,
     JSON_INTEGER,
@@ -113,7 +114,7 @@ def _first_bad_row(rows: Sequence[Any], width: int | None) -> tuple[int, str] | 
 def inputs_problem(array: np.ndarray, task: str) -> tuple[int, str] | None:
     """The first row of finite inputs outside their range, and why: logits beyond
     +-``MAX_ABS_LOGIT`` (see ``service.calibration._checks``), scores outside [0, 1]."""
-    if task == "binary":
+    if task == Task.BINARY:
         outside = np.flatnonzero((array < 0) | (array > 1))
         message = "a score is P(positive): must be in [0, 1]"
     else:
@@ -130,7 +131,7 @@ def parse_inputs(
     if not isinstance(value, list) or not value:
         errors.add(path, "expected a non-empty list")
         return None
-    width = n_classes if task == "multiclass" else None
+    width = n_classes if task == Task.MULTICLASS else None
     bad = _first_bad_row(value, width)
     if bad is not None:
         errors.add(f"{path}[{bad[0]}]", bad[1])
@@ -175,7 +176,7 @@ def parse_labeled_set(
     """``{"logits": [...], "labels": [...]}`` (multiclass) or ``{"scores", "labels"}`` (binary):
     the inputs and labels read against the contract's task and classes, then the set validated
     by ``LabeledSetBody``, whose JSON Schema the OpenAPI document serves."""
-    key = "logits" if task == "multiclass" else "scores"
+    key = "logits" if task == Task.MULTICLASS else "scores"
     obj = expect_object(value, path, errors, required=(key, "labels"))
     if obj is None or key not in obj or "labels" not in obj:
         return None

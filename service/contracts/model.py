@@ -29,14 +29,13 @@ from service.calibration import (
     validate_edges,
 )
 from service.calibration.nll_comparison import NllDifference
+from service.calibration.vocabulary import Task
 from service.common.errors import ErrorDetail, UnreadableContract
 from service.common.hashing import sha256_of
 from service.common.values import format_timestamp
 
 BaselineSource = Literal["measured", "supplied"]
-Task = Literal["multiclass", "binary"]
-
-TASKS = ("multiclass", "binary")
+TASKS = tuple(Task)
 #: The decision threshold of a binary contract whose policy sets no costs.
 DEFAULT_THRESHOLD = 0.5
 #: Largest number of classes (K) and of bin edges a contract may have
@@ -47,8 +46,8 @@ MAX_BIN_EDGES = 101
 
 #: The calibration methods a fit request may name, per task (``auto`` chooses among them).
 FIT_METHODS: dict[str, tuple[str, ...]] = {
-    "binary": ("temperature", "platt", "beta", "isotonic", "histogram"),
-    "multiclass": ("temperature", "vector", "matrix", "isotonic"),
+    Task.BINARY: ("temperature", "platt", "beta", "isotonic", "histogram"),
+    Task.MULTICLASS: ("temperature", "vector", "matrix", "isotonic"),
 }
 
 
@@ -195,7 +194,7 @@ class ContractSpec:
     @property
     def costs(self) -> tuple[float, float] | None:
         """``(c_fp, c_fn)`` of a binary contract whose policy sets them, else None."""
-        return self.policy.costs if self.task == "binary" else None
+        return self.policy.costs if self.task == Task.BINARY else None
 
     @property
     def threshold(self) -> float:
@@ -301,7 +300,7 @@ def spec_from_stored(fields: Mapping[str, Any]) -> ContractSpec:
     return ContractSpec(
         model=fields["model"],
         checkpoint=fields["checkpoint"],
-        task=fields["task"],
+        task=Task(fields["task"]),
         classes=tuple(fields["classes"]),
         calibrator=calibrator_from_dict(fields["calibrator"], len(fields["classes"])),
         objective=fields["objective"],

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import MISSING, Field, create_model
 
 from service.audit.replies import Problem
+from service.calibration.vocabulary import Task
 from service.common.declared import collect
 from service.common.errors import ErrorCollector, ErrorDetail
 from service.common.replies import (
@@ -148,7 +149,7 @@ class Contract(Reply):
     version: int
     model: str
     checkpoint: str
-    task: Literal["multiclass", "binary"]
+    task: Literal[Task.MULTICLASS, Task.BINARY]
     classes: list[str]
     calibrator: Annotated[dict[str, Any], documented(_REGISTERED["calibrator"])]
     objective: str

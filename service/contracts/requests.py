@@ -61,6 +61,7 @@ from service.calibration.calibrators import (
     check_bounds,
     task_problem,
 )
+from service.calibration.vocabulary import Task
 from service.common.declared import (
     FINITE,
     JSON_INTEGER,
@@ -109,11 +110,11 @@ _SHA256_HEX = 64
 METHODS = (*sorted({m for methods in FIT_METHODS.values() for m in methods}), "auto")
 
 if TYPE_CHECKING:
-    Task = str
+    TaskChoice = Task
     Objective = str
     Method = str
 else:
-    Task = one_of(TASKS)
+    TaskChoice = one_of(TASKS)
     Objective = one_of(OBJECTIVES)
     Method = one_of(METHODS)
 
@@ -281,14 +282,14 @@ def _classes(value: list[str] | None, info: ValidationInfo) -> list[str]:
     if isinstance(info.context, dict):
         info.context["sent_classes"] = names
     errors = ErrorCollector()
-    if value is None and task == "multiclass":
+    if value is None and task == Task.MULTICLASS:
         errors.add("classes", "required for a multiclass contract (K >= 2 class names)")
     elif value is not None:
         if len(set(value)) != len(value):
             errors.add("classes", "class names must be unique")
-        if task == "multiclass" and len(value) < 2:
+        if task == Task.MULTICLASS and len(value) < 2:
             errors.add("classes", f"a multiclass contract needs K >= 2 classes, got {len(value)}")
-        if task == "binary" and len(value) != 2:
+        if task == Task.BINARY and len(value) != 2:
             errors.add("classes", "a binary contract has exactly two classes [negative, positive]")
     if errors:
         raise problems(errors)
@@ -316,7 +317,7 @@ def _calibrator(value: Any, info: ValidationInfo) -> Any:
     if problem is not None:
         errors.add(*problem)
         raise problems(errors)
-    if task == "multiclass" and not classes:
+    if task == Task.MULTICLASS and not classes:
         return None
     return calibrator
 
@@ -363,7 +364,7 @@ class SpecBody(BodyModel):
 
     model: Name
     checkpoint: Text
-    task: Task
+    task: TaskChoice
     classes: (
         Annotated[
             list[Text],

@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from sqlalchemy.orm import Session
 
 from service.audit.lookups import status_since
+from service.calibration.vocabulary import ATTENTION, Status, severity_of, worst_status
 from service.common.errors import ErrorDetail, ValidationFailed
 from service.export.budget import SliceExport
 from service.export.change_store import (
@@ -32,9 +33,6 @@ from service.export.reading_store import ReadingRow, all_readings, exposition_ti
 from service.stream.cohorts import ALL
 from service.stream.prediction_store import waiting_label_counts
 
-#: Worst first: the order of statuses on the overview.
-SEVERITY = {"alert": 3, "warn": 2, "ok": 1, "insufficient_data": 0}
-ATTENTION = ("alert", "warn")
 #: Models per page of the overview.
 PAGE_SIZE = 50
 
@@ -103,7 +101,7 @@ class Fleet:
 
 
 def _state(session: Session, row: ReadingRow, with_since: bool) -> SliceState:
-    status = str(row.values.get("status", "insufficient_data"))
+    status = str(row.values.get("status", Status.INSUFFICIENT_DATA))
     since = status_since(session, row.model, row.cohort, row.window, status) if with_since else None
     return SliceState(
         cohort=row.cohort,
@@ -119,7 +117,7 @@ def _state(session: Session, row: ReadingRow, with_since: bool) -> SliceState:
 def _attention_order(state: SliceState, windows: Sequence[str]) -> tuple[object, ...]:
     rank = windows.index(state.window) if state.window in windows else len(windows)
     since = state.since.timestamp() if state.since is not None else float("-inf")
-    return (-SEVERITY.get(state.status, 0), since, state.cohort != ALL, state.cohort, rank)
+    return (-severity_of(state.status), since, state.cohort != ALL, state.cohort, rank)
 
 
 def model_state(
@@ -140,7 +138,7 @@ def model_state(
     return ModelState(
         model=model,
         contract=contract,
-        status=max(statuses, key=lambda s: SEVERITY.get(s, 0)) if statuses else None,
+        status=worst_status(statuses),
         attention=tuple(attention),
         overall=tuple(overall),
         waiting_labels=waiting_labels,

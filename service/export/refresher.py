@@ -64,6 +64,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from service.audit import store as audit
+from service.calibration.vocabulary import Status, severity_of, worst_status
 from service.common.clock import utcnow
 from service.config import Settings
 from service.contracts import store as contracts_store
@@ -73,7 +74,6 @@ from service.export import change_store
 from service.export.budget import SliceExport, choose_exported
 from service.export.change_store import FleetModel, NewState
 from service.export.collector import assemble, model_fragment
-from service.export.fleet import SEVERITY
 from service.export.instruments import REFRESH_FAILURES
 from service.export.lease_store import try_acquire
 from service.export.plan import ModelWork, current_since, plan_work, stale_at
@@ -98,7 +98,6 @@ from service.stream.windows import Window
 
 log = logging.getLogger(__name__)
 
-STATUS_CODES = {"insufficient_data": -1, "ok": 0, "warn": 1, "alert": 2}
 REFRESHER = "refresher"
 #: How often the refresher refreshes the planner's statistics and expires pending labels.
 MAINTAIN_EVERY = timedelta(minutes=5)
@@ -154,7 +153,7 @@ def gauge_values(window_reading: WindowReading) -> dict[str, Any]:
         "refit_temperature": drift.get("refit_temperature"),
         "confidence_psi": drift.get("confidence_psi"),
         "expected_accuracy": drift.get("expected_accuracy"),
-        "drift_status": STATUS_CODES[drift["status"]],
+        "drift_status": Status(drift["status"]).gauge_value,
         "status": drift["status"],
         "reasons": list(drift.get("reasons") or []),
         "policy_max_ece": window_reading.contract.policy.max_ece,
@@ -168,10 +167,6 @@ class ModelRefresh:
 
     readings: int
     fragment: list[str] | None
-
-
-def _severity(status: str | None) -> int:
-    return SEVERITY.get(status or "", -1)
 
 
 @dataclass(frozen=True)
@@ -205,7 +200,7 @@ def _computed(
     current = {k: r for k, r in previous.items() if k not in obsolete}
     current.update({(r.cohort, r.window): r for r in computed})
     statuses = [str(r.values.get("status")) for r in current.values()]
-    status = max(statuses, key=lambda s: SEVERITY.get(s, 0)) if statuses else None
+    status = worst_status(statuses)
     rerender = (
         bool(computed or obsolete)
         or state is None
@@ -221,7 +216,7 @@ def _computed(
             export.exported,
             export.unexported,
             status,
-            _severity(status),
+            severity_of(status),
             model_fragment(work.model, rows, export.unexported),
             now,
         )

@@ -35,6 +35,7 @@ from service.calibration.nll_comparison import (
     compare_nll,
     fitted_parameters,
 )
+from service.calibration.vocabulary import Task
 from service.common.errors import ErrorCollector, ErrorDetail, ValidationFailed
 from service.common.hashing import sha256_of
 from service.contracts.fitting import baseline_split
@@ -115,7 +116,7 @@ class _Evidence:
     @property
     def views(self) -> list[tuple[str, EceInference]]:
         """The reliability views the ECE check judges, with their inference."""
-        name = "positive" if self.calibrated.task == "binary" else "top-label"
+        name = "positive" if self.calibrated.task == Task.BINARY else "top-label"
         out = [(name, self.inference)]
         if self.calibrated.positive_class is not None:
             out.append(("positive-class", bins_inference(self.calibrated.positive_class.bins)))

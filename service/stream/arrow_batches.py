@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from service.calibration.vocabulary import Task
 from service.common.errors import ErrorCollector, ErrorDetail, ValidationFailed
 from service.common.values import format_timestamp, parse_timestamp
 from service.stream.arrow_rows import (
@@ -110,13 +111,13 @@ def _stamps(table: pa.Table) -> tuple[list[datetime] | None, list[Any]]:
 def _inputs(table: pa.Table, task: str, n_classes: int) -> tuple[np.ndarray | None, str]:
     """The logits as (N, K) float64 or the scores as (N,); None when a row is null or ragged
     (the item-by-item path names it). Returns the column's name too."""
-    name = "logits" if task == "multiclass" else "score"
-    other = "score" if task == "multiclass" else "logits"
+    name = "logits" if task == Task.MULTICLASS else "score"
+    other = "score" if task == Task.MULTICLASS else "logits"
     if other in table.column_names:
         raise refused(other, f"a {task} contract takes {name}, not {other}")
     _required(table, [name])
     column = table.column(name)
-    if task != "multiclass":
+    if task != Task.MULTICLASS:
         if not (pa.types.is_floating(column.type) or pa.types.is_integer(column.type)):
             raise refused(name, f"expected a numeric column, got {type_name(column.type)}")
         if column.null_count:
@@ -207,7 +208,9 @@ def predictions_from_arrow(
     found.stamps(raw_ts, now, 1)
     found.cohorts(cohorts, 2)
     column = table.column(name)
-    problems = logit_problems(column, n_classes) if task == "multiclass" else score_problems(column)
+    problems = (
+        logit_problems(column, n_classes) if task == Task.MULTICLASS else score_problems(column)
+    )
     found.values(name, problems, 3)
     found.raise_if_any("the predictions batch has invalid items; nothing was written")
     # The row checks hold the rules of the fast checks: should they ever disagree, the

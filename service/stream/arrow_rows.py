@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from service.calibration._checks import MAX_ABS_LOGIT
+from service.calibration.vocabulary import Task
 from service.common.declared import message_of
 from service.common.errors import ErrorCollector
 from service.common.values import (
@@ -123,7 +124,7 @@ def logit_problems(column: pa.ChunkedArray, n_classes: int) -> dict[int, str | N
         lengths = combined.value_lengths().fill_null(0).to_numpy(zero_copy_only=False)
     full = ~nulls & (lengths == n_classes)
     found: dict[int, str | None] = {int(r): None for r in np.flatnonzero(nulls)}
-    wrong_length = row_numbers_problem(None, "multiclass", n_classes)
+    wrong_length = row_numbers_problem(None, Task.MULTICLASS, n_classes)
     found.update({int(r): wrong_length for r in np.flatnonzero(~nulls & ~full)})
     values = combined.filter(pa.array(full)).flatten()
     absent = values.is_null().to_numpy(zero_copy_only=False).reshape(-1, n_classes)
@@ -135,7 +136,7 @@ def logit_problems(column: pa.ChunkedArray, n_classes: int) -> dict[int, str | N
     messages = {
         "absent": number_problem(None),
         "infinite": number_problem(math.inf),
-        "outside": _range_message("multiclass"),
+        "outside": _range_message(Task.MULTICLASS),
     }
     rows = np.flatnonzero(full)
     for kind, bad in (
@@ -157,7 +158,7 @@ def score_problems(column: pa.ChunkedArray) -> dict[int, str | None]:
     found: dict[int, str | None] = {int(r): None for r in np.flatnonzero(nulls)}
     infinite = number_problem(math.inf)
     found.update({int(r): infinite for r in np.flatnonzero(~nulls & ~finite)})
-    outside = _range_message("binary")
+    outside = _range_message(Task.BINARY)
     inside = (scores >= 0) & (scores <= 1)
     found.update({int(r): outside for r in np.flatnonzero(finite & ~inside)})
     return found
@@ -165,7 +166,7 @@ def score_problems(column: pa.ChunkedArray) -> dict[int, str | None]:
 
 def _range_message(task: str) -> str:
     """``inputs_problem``'s message for inputs of ``task`` beyond their range."""
-    beyond = np.array([[2.0 * MAX_ABS_LOGIT]]) if task == "multiclass" else np.array([2.0])
+    beyond = np.array([[2.0 * MAX_ABS_LOGIT]]) if task == Task.MULTICLASS else np.array([2.0])
     found = inputs_problem(beyond, task)
     assert found is not None
     return found[1]

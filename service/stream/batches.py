@@ -23,6 +23,7 @@ from annotated_types import Ge, Len
 from pydantic import Field, PlainValidator, StringConstraints, ValidationInfo, WithJsonSchema
 
 from service.calibration._checks import MAX_ABS_LOGIT
+from service.calibration.vocabulary import Task
 from service.common.declared import (
     NOT_BLANK,
     BodyModel,
@@ -168,8 +169,8 @@ def check_cohort(
 
 def row_numbers_problem(row: Any, task: str, n_classes: int) -> str | None:
     """Why one row's logits/score is unusable, or None."""
-    values = row if task == "multiclass" else [row]
-    if task == "multiclass" and (type(row) is not list or len(row) != n_classes):
+    values = row if task == Task.MULTICLASS else [row]
+    if task == Task.MULTICLASS and (type(row) is not list or len(row) != n_classes):
         return f"expected a list of K = {n_classes} numbers"
     for v in values:
         problem = number_problem(v)
@@ -395,7 +396,7 @@ def _parse_predictions_fast(
     timestamps, and the keys and values of their cohorts; logits and scores are numbers.
     """
     allowed = frozenset(PREDICTION_ITEM[task].model_fields)
-    value_key = "logits" if task == "multiclass" else "score"
+    value_key = "logits" if task == Task.MULTICLASS else "score"
     if set(map(type, items)) != {dict}:
         return None
     if not all(allowed.issuperset(item) and len(item) >= 3 for item in items):
@@ -413,7 +414,7 @@ def _parse_predictions_fast(
     cohorts = [{} if (c := item.get("cohort")) is None else c for item in items]
     if set(map(type, cohorts)) != {dict}:
         return None
-    if task == "multiclass":
+    if task == Task.MULTICLASS:
         if set(map(type, values)) != {list} or set(map(len, values)) != {n_classes}:
             return None
         if not _numbers_only(itertools.chain.from_iterable(values)):
@@ -494,7 +495,7 @@ def parse_predictions_declared(
     batch takes when the fast path doubts it, and the reference the fast path must agree with."""
     errors = ErrorCollector()
     declared = PREDICTION_ITEM[task]
-    value_key = "logits" if task == "multiclass" else "score"
+    value_key = "logits" if task == Task.MULTICLASS else "score"
     context = {"now": now, "task": task, "n_classes": n_classes}
     ids: list[str] = []
     stamps: list[datetime] = []

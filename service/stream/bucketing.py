@@ -31,6 +31,7 @@ from service.calibration.packing import (
 )
 from service.calibration.refit import grouped_knot_sums
 from service.calibration.stats import grouped_stats
+from service.calibration.vocabulary import Task
 from service.contracts.model import Contract
 from service.stream.bucket_store import BucketDelta, BucketKey
 from service.stream.windows import FINE, HOUR, RESOLUTION_FINE, RESOLUTION_HOUR
@@ -58,7 +59,7 @@ def classwise_note(contract: Contract) -> str | None:
     reliability: a note when the contract's buckets keep no class-wise tables, else None."""
     spec = contract.spec
     classes, bins = len(spec.classes), len(spec.bin_edges) - 1
-    if spec.task != "multiclass" or keeps_classwise(spec.task, classes, bins):
+    if spec.task != Task.MULTICLASS or keeps_classwise(spec.task, classes, bins):
         return None
     return (
         f"class-wise reliability is kept when classes times bins come to at most"
@@ -75,7 +76,7 @@ def confidence_and_expected_correctness(
     Multiclass: both are the top-label confidence. Binary: the confidence is ``p``; the row is
     right with probability ``p`` when predicted positive (``p >= tau``), else ``1 - p``.
     """
-    if contract.spec.task == "multiclass":
+    if contract.spec.task == Task.MULTICLASS:
         top = multiclass_probabilities(contract.calibrator, inputs).max(axis=1)
         return top, top
     p = binary_probabilities(contract.calibrator, inputs)
@@ -87,12 +88,14 @@ def _knot_sums(
 ) -> np.ndarray:
     """The (G, 3 J) refit-temperature knot sums of labeled rows per group (see ``refit``)."""
     calibrator = contract.calibrator
-    if contract.spec.task == "multiclass":
+    if contract.spec.task == Task.MULTICLASS:
         z, temperature = calibrated_logits(calibrator, logit_matrix(inputs))
-        sums = grouped_knot_sums("multiclass", z, labels, group, n_groups, temperature=temperature)
+        sums = grouped_knot_sums(
+            Task.MULTICLASS, z, labels, group, n_groups, temperature=temperature
+        )
     else:
         log_odds = binary_log_odds(calibrator, np.asarray(inputs, dtype=np.float64))
-        sums = grouped_knot_sums("binary", log_odds, labels, group, n_groups)
+        sums = grouped_knot_sums(Task.BINARY, log_odds, labels, group, n_groups)
     return sums.reshape(n_groups, -1)
 
 
@@ -142,7 +145,7 @@ def _calibrated_once(contract: Contract, inputs: np.ndarray) -> tuple[Contract, 
     """A multiclass family's calibrated logits, computed once for the batch, with a stand-in
     contract whose identity calibrator reads them as they are; any other contract unchanged."""
     calibrator = contract.calibrator
-    if contract.spec.task != "multiclass" or not isinstance(calibrator, MULTICLASS_FAMILIES):
+    if contract.spec.task != Task.MULTICLASS or not isinstance(calibrator, MULTICLASS_FAMILIES):
         return contract, inputs
     z, _ = calibrated_logits(calibrator, logit_matrix(inputs))
     spec = dataclasses.replace(contract.spec, calibrator=IdentityCalibrator())
@@ -303,7 +306,7 @@ def parsed_slices(texts: list[str]) -> list[list[str]]:
 def stored_inputs(contract: Contract, blobs: list[bytes]) -> np.ndarray:
     """Stored float64 inputs as (N, K) logits (multiclass) or (N,) scores (binary)."""
     flat = np.frombuffer(b"".join(blobs), dtype="<f8")
-    if contract.spec.task == "multiclass":
+    if contract.spec.task == Task.MULTICLASS:
         return flat.reshape(len(blobs), len(contract.spec.classes))
     return flat
 

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from service.calibration.classwise import ClassReliability, class_reliability
 from service.calibration.packing import unpack
+from service.calibration.vocabulary import Task
 from service.contracts.model import Contract
 from service.stream import bucket_store
 from service.stream.bucketing import layout_of
@@ -48,7 +49,7 @@ def classwise_reading(
     for a binary contract (its reliability diagram already is the positive class's) and for a
     multiclass one whose buckets keep no class-wise tables (``bucketing.classwise_note``)."""
     layout = layout_of(contract)
-    if contract.spec.task != "multiclass" or not layout.classwise:
+    if contract.spec.task != Task.MULTICLASS or not layout.classwise:
         return None
     vector = np.zeros(layout.size)
     for totals in bucket_store.window_totals(session, contract.model, slice_, window.tiling()):

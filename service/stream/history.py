@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from service.calibration.packing import without_classwise
 from service.calibration.series import series_readings
+from service.calibration.vocabulary import Status
 from service.common.errors import ErrorDetail, ValidationFailed
 from service.common.values import format_timestamp
 from service.contracts import store as contracts_store
@@ -379,5 +380,5 @@ def _empty_point(start: datetime) -> HistoryPoint:
         refit_temperature_ci=None,
         confidence_psi=None,
         confidence_psi_no_shift=None,
-        status="insufficient_data",
+        status=Status.INSUFFICIENT_DATA,
     )

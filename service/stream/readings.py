@@ -25,6 +25,7 @@ from service.calibration import (
 from service.calibration.packing import StatsLayout, unpack, unpack_fields, unpack_knots
 from service.calibration.sequential import BinTables
 from service.calibration.series import step_views
+from service.calibration.vocabulary import Task
 from service.common.errors import NotFound
 from service.common.values import format_timestamp
 from service.contracts import store as contracts_store
@@ -115,7 +116,7 @@ class WindowReading:
             "baseline": self.baseline.to_dict(),
             "policy": contract.policy.to_dict(),
             "drift": self.drift.to_dict(),
-            "threshold": contract.threshold if contract.spec.task == "binary" else None,
+            "threshold": contract.threshold if contract.spec.task == Task.BINARY else None,
             "notes": list(self.notes),
             **fold_fields(self.fold),
         }

@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from service.calibration.vocabulary import Status
 from service.common.replies import (
     Count,
     Measure,
@@ -17,7 +18,8 @@ from service.common.replies import (
 )
 from service.contracts.replies import Bin, DriftPolicyReply, Reading, ReadingMeasures
 
-Status = Literal["insufficient_data", "ok", "warn", "alert"]
+#: A reading's drift status, as its text (a stored reading holds plain text).
+StatusText = Literal[Status.INSUFFICIENT_DATA, Status.OK, Status.WARN, Status.ALERT]
 
 
 class PredictionsAccepted(Reply):
@@ -116,7 +118,7 @@ class Drift(Reply):
     prevalence_shift: Measure
     expected_accuracy: Measure
     expected_accuracy_ci: list[float] | None
-    status: Status
+    status: StatusText
     reasons: list[str]
     detectors: Detectors
 
@@ -195,7 +197,7 @@ class HistoryPoint(Reply):
     refit_temperature_ci: list[float] | None
     confidence_psi: Measure
     confidence_psi_no_shift: Measure
-    status: Status
+    status: StatusText
     labels_unfolded: Count
     last_fold_at: OptionalTimestamp
 

@@ -26,6 +26,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 from flask import render_template
 
+from service.calibration.vocabulary import Status
 from service.common.errors import UnreadableContract
 from service.stream.history import History, HistoryPoint
 
@@ -42,7 +43,7 @@ HEIGHT = LEGEND_TOP + 44
 #: Below this share of labeled predictions a step's coverage bar gets the "mostly unlabeled" fill.
 LOW_COVERAGE = 0.5
 #: The statuses a change is marked between (a step with too few labels changes nothing).
-JUDGED = ("ok", "warn", "alert")
+JUDGED = (Status.OK, Status.WARN, Status.ALERT)
 _NICE = (1.0, 2.0, 2.5, 5.0)
 _TICK_SPACINGS = tuple(
     timedelta(hours=h) for h in (1, 2, 3, 6, 12, 24, 48, 24 * 7, 24 * 14, 24 * 30, 24 * 90)
@@ -349,8 +350,8 @@ def _summary(
         )
     else:
         parts.append("No step in this range has labels.")
-    counts = {s: sum(1 for p in points if p.status == s) for s in ("alert", "warn")}
-    parts.append(f"Steps in alert: {counts['alert']}, in warn: {counts['warn']}.")
+    alerts, warns = (sum(1 for p in points if p.status == s) for s in (Status.ALERT, Status.WARN))
+    parts.append(f"Steps in alert: {alerts}, in warn: {warns}.")
     parts.append(f"Policy max ECE {max_ece:.3f}")
     parts[-1] += "." if baseline is None else f", baseline (held-out) {baseline:.3f}."
     return " ".join(parts)

@@ -11,8 +11,10 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Generic, Protocol, Self, TypeVar
 
 from flask import request
 from pydantic import (
@@ -185,4 +187,43 @@ class PageQuery(Query):
 
 
 def encode_cursor(seq: int) -> str:
+    """The opaque cursor of the page after the row numbered ``seq`` (``CursorParam`` reads it)."""
     return base64.urlsafe_b64encode(f"seq:{seq}".encode()).decode().rstrip("=")
+
+
+class Paging(Protocol):
+    """A list route's parsed query: ``limit`` rows a page, continuing after ``cursor``."""
+
+    @property
+    def limit(self) -> int: ...
+
+    @property
+    def cursor(self) -> int | None: ...
+
+
+Row = TypeVar("Row")
+
+
+@dataclass(frozen=True)
+class Page(Generic[Row]):
+    """A page of a listing: its rows, and the cursor of the next page (None on the last)."""
+
+    rows: Sequence[Row]
+    next_cursor: str | None
+
+
+def fetch_page(
+    query: Paging,
+    fetch: Callable[[int | None, int], Sequence[Row]],
+    seq: Callable[[Row], int],
+) -> Page[Row]:
+    """The page ``query`` asks for, through ``fetch(cursor, n)``: up to ``n`` rows of the
+    listing, in its order, continuing after the row numbered ``cursor`` (None: from the start).
+
+    One row beyond ``query.limit`` is fetched to tell whether another page follows; if one does,
+    its cursor continues after the page's last row (``seq`` gives a row's number), so a listing
+    that fills its last page exactly ends without an empty page.
+    """
+    rows = fetch(query.cursor, query.limit + 1)
+    kept = rows[: query.limit]
+    return Page(kept, encode_cursor(seq(kept[-1])) if len(rows) > query.limit else None)

@@ -18,6 +18,7 @@ from service.calibration._checks import FloatArray
 from service.calibration.drift import DriftPolicy, StatusLevels, decide_statuses
 from service.calibration.ece_inference import infer_ece_many
 from service.calibration.sequential import LOOKBACK_ROWS, BinTables, block_increments
+from service.calibration.vocabulary import Task
 from tests.support.simulation import RowPool, trailing_values
 
 BLOCK_ROWS = 25
@@ -29,7 +30,7 @@ WINDOWS = {"1h": 12, "24h": 288, "7d": 2016}
 def views_of(pool: RowPool, n: FloatArray, c: FloatArray, k: FloatArray) -> BinTables:
     """Blocks of a pool's scenario as the detectors read them."""
     population = pool.scenario.population
-    binary = population.task == "binary"
+    binary = population.task == Task.BINARY
     name = "positive" if binary else "top-label"
     return BinTables(n, c, k, population.edge_array, binary, name)
 

@@ -39,6 +39,7 @@ from scipy.optimize import brentq
 
 from service.calibration._checks import FloatArray, IntArray
 from service.calibration.binning import bin_index, default_edges, is_equal_width
+from service.calibration.vocabulary import Task
 
 #: The default policy's max_ece; scenario targets are multiples of it.
 MAX_ECE = 0.05
@@ -73,7 +74,7 @@ class Population:
 
     def draw_inputs(self, rng: np.random.Generator, n: int) -> tuple[FloatArray, FloatArray]:
         """``n`` rows of model inputs ((N,) scores or (N, K) logits) and their confidences."""
-        if self.task == "binary":
+        if self.task == Task.BINARY:
             weights = np.array([w for w, _, _ in self.components])
             pick = rng.choice(len(self.components), size=n, p=weights / weights.sum())
             a = np.array([c[1] for c in self.components])[pick]
@@ -191,7 +192,7 @@ class Scenario:
             return confidence.copy()
         if shape in ("overconfident", "underconfident"):
             T = 1.0 + A if shape == "overconfident" else 1.0 / (1.0 + A)
-            if self.task == "binary":
+            if self.task == Task.BINARY:
                 return _sigmoid(_logit(confidence) / T)
             truth = _softmax(inputs, T)
             return truth[np.arange(len(truth)), inputs.argmax(axis=1)]
@@ -207,7 +208,7 @@ class Scenario:
     ) -> IntArray:
         success = self._success(inputs, confidence)
         hit = rng.random(len(success)) < success
-        if self.task == "binary":
+        if self.task == Task.BINARY:
             return hit.astype(np.int64)
         top = inputs.argmax(axis=1)
         others = _softmax(inputs, 1.0)

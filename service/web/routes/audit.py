@@ -28,7 +28,7 @@ from service.web.queries import (
     TextParam,
     TimestampParam,
     choice,
-    encode_cursor,
+    fetch_page,
     limit_of,
 )
 from service.web.replies import reply
@@ -88,18 +88,21 @@ def events() -> Response:
     In CSV, text cells a spreadsheet could read as formulas are prefixed with ``'``.
     """
     query = AuditEventsQuery.parse()
-    output, limit = query.format, query.limit
-    rows = audit_service.list_events(
-        db_session(),
-        model=query.model,
-        type=query.type,
-        since=query.since,
-        until=query.until,
-        after_seq=query.cursor,
-        limit=limit + 1,
+    output = query.format
+    page = fetch_page(
+        query,
+        lambda cursor, limit: audit_service.list_events(
+            db_session(),
+            model=query.model,
+            type=query.type,
+            since=query.since,
+            until=query.until,
+            after_seq=cursor,
+            limit=limit,
+        ),
+        seq=lambda event: event.seq,
     )
-    page = rows[:limit]
-    next_cursor = encode_cursor(page[-1].seq) if len(rows) > limit else None
+    next_cursor = page.next_cursor
     records = [
         {
             "seq": e.seq,
@@ -112,7 +115,7 @@ def events() -> Response:
             "prev_sha256": e.prev_sha256,
             "sha256": e.sha256,
         }
-        for e in page
+        for e in page.rows
     ]
     if output == "csv":
         buffer = io.StringIO()

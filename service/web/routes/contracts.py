@@ -24,7 +24,7 @@ from service.web.queries import (
     PageQuery,
     Query,
     TimestampParam,
-    encode_cursor,
+    fetch_page,
 )
 from service.web.replies import reply
 from service.web.request_keys import request_key
@@ -146,21 +146,23 @@ class ContractsQuery(PageQuery):
 def list_contracts() -> Response:
     """Contracts newest first, optionally of one model or active at a time; paginated."""
     query = ContractsQuery.parse()
-    rows = contracts_service.list_contracts(
-        db_session(),
-        model=query.model,
-        active_at=query.active_at,
-        before_seq=query.cursor,
-        limit=query.limit + 1,
+    page = fetch_page(
+        query,
+        lambda cursor, limit: contracts_service.list_contracts(
+            db_session(),
+            model=query.model,
+            active_at=query.active_at,
+            before_seq=cursor,
+            limit=limit,
+        ),
+        seq=lambda row: row[0],
     )
-    page = rows[: query.limit]
-    next_cursor = encode_cursor(page[-1][0]) if len(rows) > query.limit else None
     return reply(
         ContractList,
         {
-            "contracts": [c.to_dict() for _, c in page if isinstance(c, StoredContract)],
-            "unreadable": [c.to_dict() for _, c in page if not isinstance(c, StoredContract)],
-            "next_cursor": next_cursor,
+            "contracts": [c.to_dict() for _, c in page.rows if isinstance(c, StoredContract)],
+            "unreadable": [c.to_dict() for _, c in page.rows if not isinstance(c, StoredContract)],
+            "next_cursor": page.next_cursor,
         },
     )
 

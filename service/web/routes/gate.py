@@ -17,7 +17,7 @@ from service.web.auth import current_principal, requires
 from service.web.bodies import json_body
 from service.web.db_session import db_session
 from service.web.operations import operation
-from service.web.queries import NoQuery, PageQuery, TextParam, encode_cursor
+from service.web.queries import NoQuery, PageQuery, TextParam, fetch_page
 from service.web.replies import reply
 from service.web.request_keys import request_key
 
@@ -88,18 +88,21 @@ class DecisionsQuery(PageQuery):
 def decisions() -> Response:
     """Past decisions, newest first, by model and contract; paginated."""
     query = DecisionsQuery.parse()
-    rows = gate_service.list_decisions(
-        db_session(),
-        model=query.model,
-        contract_id=query.contract_id,
-        before_seq=query.cursor,
-        limit=query.limit + 1,
+    page = fetch_page(
+        query,
+        lambda cursor, limit: gate_service.list_decisions(
+            db_session(),
+            model=query.model,
+            contract_id=query.contract_id,
+            before_seq=cursor,
+            limit=limit,
+        ),
+        seq=lambda decision: decision.seq,
     )
-    page = rows[: query.limit]
     return reply(
         GateDecisions,
         {
-            "decisions": [decision_dict(d) for d in page],
-            "next_cursor": encode_cursor(page[-1].seq) if len(rows) > query.limit else None,
+            "decisions": [decision_dict(d) for d in page.rows],
+            "next_cursor": page.next_cursor,
         },
     )

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy.stats import norm
 
 from service.calibration import CalibrationInputError, wilson_interval
+from service.calibration.intervals import Z_95
+
+
+def test_z_95_is_the_two_sided_95_percent_normal_quantile():
+    assert norm.ppf(0.975) == pytest.approx(Z_95, rel=1e-15)
+    assert norm.cdf(Z_95) - norm.cdf(-Z_95) == pytest.approx(0.95, abs=1e-15)
 
 
 def test_wilson_known_values():

@@ -24,11 +24,11 @@ from service.calibration.fitting import (
     fit_temperature,
     refit_temperature,
 )
+from service.calibration.intervals import Z_95
 from service.calibration.probabilities import log_sigmoid, log_softmax
 from service.calibration.refit import (
     N_KNOTS,
     REFIT_KNOTS,
-    Z_95,
     ZERO_KNOT,
     RefitEstimate,
     binary_knot_sums,

@@ -6,7 +6,13 @@ import pytest
 from flask import Flask
 
 from service.common.errors import NotFound, ValidationFailed
-from service.web.queries import NoQuery, PageQuery, check_text_arguments, encode_cursor
+from service.web.queries import (
+    NoQuery,
+    PageQuery,
+    check_text_arguments,
+    encode_cursor,
+    fetch_page,
+)
 
 
 @pytest.fixture
@@ -71,3 +77,30 @@ def test_nul_in_a_parameter_is_refused_before_any_query(app: Flask) -> None:
         with pytest.raises(ValidationFailed) as invalid:
             check_text_arguments()
         assert [d.field for d in invalid.value.details] == ["model"]
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3, 5, 7, 8])
+def test_fetch_page_walks_a_listing_once_and_ends_without_an_empty_page(
+    app: Flask, limit: int
+) -> None:
+    listing = [10, 20, 30, 40, 50, 60, 70]
+    asked: list[int] = []
+
+    def fetch(cursor: int | None, n: int) -> list[int]:
+        asked.append(n)
+        return [s for s in listing if cursor is None or s > cursor][:n]
+
+    seen, sizes, cursor = [], [], None
+    while True:
+        query = f"/?limit={limit}" + (f"&cursor={cursor}" if cursor else "")
+        with app.test_request_context(query):
+            page = fetch_page(PageQuery.parse(), fetch, seq=lambda s: s)
+        seen += page.rows
+        sizes.append(len(page.rows))
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert seen == listing
+    whole, rest = divmod(len(listing), limit)
+    assert sizes == [limit] * whole + ([rest] if rest else [])
+    assert set(asked) == {limit + 1}
