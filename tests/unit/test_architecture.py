@@ -2,8 +2,8 @@
 
 Every ``import`` and ``from ... import`` of every module under ``service/`` is read with ``ast``
 (imports inside functions and ``TYPE_CHECKING`` blocks included) and attributed to a *unit*: a
-subpackage (``service/stream/`` is ``stream``) or a top-level module (``service/cli.py`` is
-``cli``; ``service/__init__.py`` is ``__init__``).
+subpackage (``service/stream/`` is ``stream``) or a top-level module (``service/server.py``
+is ``server``; ``service/__init__.py`` is ``__init__``).
 """
 
 from __future__ import annotations
