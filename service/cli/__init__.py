@@ -30,10 +30,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from service.client import Unreachable
     from service.common.errors import CalmonError
-    from service.remote import RemoteError
 
     try:
         return int(args.handler(args))
-    except (UsageError, RemoteError, Unreachable, CalmonError, ValueError) as exc:
+    except (UsageError, Unreachable, CalmonError, ValueError) as exc:
         print(f"calmon: {exc}", file=sys.stderr)
         return 2

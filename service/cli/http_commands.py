@@ -1,6 +1,6 @@
-"""The commands that talk to a running calmon over HTTP: ``gate``, ``fit``, ``ingest`` and
-``demo``. They share the options ``--url`` and ``--token`` (one parent parser); the token
-defaults to ``CALMON_TOKEN``."""
+"""The commands that talk to a running calmon over HTTP, through the Python client (``Calmon``):
+``gate``, ``fit``, ``ingest`` and ``demo``. They share the options ``--url`` and ``--token``
+(one parent parser); the token defaults to ``CALMON_TOKEN``."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from service.config import load_settings
 if TYPE_CHECKING:
     from service.cli.usage import Commands
 
+#: Seconds ``calmon fit`` waits for the service's reply: it fits and measures both sets first.
+FIT_SECONDS = 120.0
 METHODS = ("temperature", "platt", "beta", "isotonic", "histogram", "vector", "matrix", "auto")
 
 
@@ -28,7 +30,7 @@ def _token(args: argparse.Namespace) -> str:
 
 def _gate(args: argparse.Namespace) -> int:
     from service.client import Calmon, RequestFailed
-    from service.remote import error_text, gate_report
+    from service.client.reports import error_text, gate_report
 
     policy = read_json(args.policy, "policy file") if args.policy else None
     client = Calmon(args.url, _token(args))
@@ -47,11 +49,12 @@ def _fit(args: argparse.Namespace) -> int:
     """Read the sets here, then have the service fit and measure them (``/v1/contracts/fit``),
     so the gate sees a baseline calmon measured; ``--local`` fits here and registers the result
     (``/v1/contracts``): a supplied baseline."""
+    from service.client import Calmon, RequestFailed
+    from service.client.reports import error_text
     from service.common.errors import ErrorCollector
     from service.contracts.datafiles import read_labeled_set
     from service.contracts.model import method_problem
     from service.contracts.requests import parse_spec_fields
-    from service.remote import call, error_text
 
     spec = read_json(args.spec, "contract spec")
     errors = ErrorCollector()
@@ -71,10 +74,9 @@ def _fit(args: argparse.Namespace) -> int:
             Path(getattr(args, name)), task=fields["task"], classes=fields["classes"]
         )
     if args.local:
-        path, body = "/v1/contracts", _locally_fitted(fields, args.method, sets)
+        body = _locally_fitted(fields, args.method, sets)
     else:
         key = "logits" if fields["task"] == "multiclass" else "scores"
-        path = "/v1/contracts/fit"
         body = {
             **spec,
             "method": args.method,
@@ -84,25 +86,29 @@ def _fit(args: argparse.Namespace) -> int:
             },
         }
         print("sending the sets to the service to fit and measure", file=sys.stderr)
-    status, reply = call(args.url, _token(args), "POST", path, body)
-    if status != 201:
-        print(error_text(reply), file=sys.stderr)
-        if status == 413:
+    client = Calmon(args.url, _token(args), timeout=FIT_SECONDS)
+    try:
+        contract = client.register(body) if args.local else client.fit(body)
+    except RequestFailed as failed:
+        print(error_text(failed.reply), file=sys.stderr)
+        if failed.status == 413:
             print(
                 "the sets are larger than the service accepts (CALMON_MAX_BODY_BYTES): raise "
                 "it, or fit here with --local (the gate then sees a supplied baseline)",
                 file=sys.stderr,
             )
         return 2
-    for warning in reply.get("warnings") or []:
+    finally:
+        client.close()
+    for warning in contract.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     print(
         json.dumps(
             {
-                "id": reply["id"],
-                "version": reply["version"],
-                "calibrator": reply["calibrator"],
-                "content_sha256": reply["content_sha256"],
+                "id": contract.id,
+                "version": contract.version,
+                "calibrator": contract.raw["calibrator"],
+                "content_sha256": contract.content_sha256,
                 "baseline_source": "supplied" if args.local else "measured",
             },
             indent=2,
