@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,8 @@ import pytest
 
 from tests.integration.conftest import ADMIN_TOKEN
 from tests.integration.factories import contract_fields, fit_body
-from tests.integration.test_served import CALMON, Served, serving_fresh
+from tests.integration.test_gate import run_cli
+from tests.integration.test_served import Served, serving_fresh
 from tests.integration.test_stream import minutes_ago
 
 LIMIT = 4_000
@@ -136,23 +136,7 @@ def test_calmon_fit_of_sets_over_the_limit_says_so_and_how_to_go_on(
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps(contract_fields("over-the-limit")))
     sets = ("--fit", str(tmp_path / "fit.npz"), "--eval", str(tmp_path / "eval.npz"))
-    result = subprocess.run(
-        [
-            str(CALMON),
-            "fit",
-            "--url",
-            served.url,
-            "--token",
-            ADMIN_TOKEN,
-            "--spec",
-            str(spec),
-            *sets,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=90,
-        env={"PATH": ""},
-    )
+    result = run_cli("fit", "--url", served.url, "--token", ADMIN_TOKEN, "--spec", str(spec), *sets)
     assert result.returncode == 2, result.stderr
     assert "payload_too_large" in result.stderr and "fit here with --local" in result.stderr
     assert served.call("GET", "/v1/models/over-the-limit/contract")[0] == 404
