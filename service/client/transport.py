@@ -1,7 +1,9 @@
 """One keep-alive HTTP connection to calmon: a request in, ``(status, decoded JSON)`` out.
 
 A connection failure (refused, reset, timed out, closed while idle) raises ``Unreachable``; any
-reply, error statuses included, is returned. Not thread-safe: each thread keeps its own.
+reply, error statuses included, is returned, also one the server sent before it had read the
+whole body and closed (a 413 for a body over its limit). Not thread-safe: each thread keeps its
+own.
 """
 
 from __future__ import annotations
@@ -86,8 +88,16 @@ class Transport:
         self, method: str, path: str, body: bytes | None, headers: dict[str, str]
     ) -> tuple[int, str, bytes]:
         conn = self._connection()
-        conn.request(method, self._prefix + path, body=body, headers=headers)
-        response = conn.getresponse()
+        try:
+            conn.request(method, self._prefix + path, body=body, headers=headers)
+        except (BrokenPipeError, ConnectionResetError):
+            # A server may answer before it has read the whole body (413 for a body over its
+            # limit) and close the connection: that answer, when it came, is the reply.
+            response = _early_reply(conn)
+            if response is None:
+                raise
+        else:
+            response = conn.getresponse()
         raw = response.read()
         if response.will_close:
             self.close()
@@ -99,3 +109,12 @@ class Transport:
         """``request`` with a JSON body (None: no body)."""
         data = None if body is None else json.dumps(body).encode()
         return self.request(method, path, data, headers=headers)
+
+
+def _early_reply(conn: http.client.HTTPConnection) -> http.client.HTTPResponse | None:
+    """The reply a server sent before the connection broke under a request still being sent,
+    or None when it sent none."""
+    try:
+        return conn.getresponse()
+    except (OSError, http.client.HTTPException):
+        return None

@@ -16,6 +16,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from service.client import Calmon, RequestFailed, Unreachable
+from service.client.reports import error_text
 from service.common.values import format_timestamp
 from service.demo.scenario import (
     BIN_EDGES,
@@ -30,7 +31,6 @@ from service.demo.scenario import (
     reference_sets,
     ticks,
 )
-from service.remote import error_text
 
 #: Contracts the demo registers name this checkpoint; it never adds one to another model.
 CHECKPOINT = "calmon-demo-ticket-router"

@@ -420,7 +420,7 @@ def test_the_evidence_says_who_measured_the_baseline(client: FlaskClient, auth: 
     assert evaluated["evidence"]["source"]["kind"] == "evaluation"
     assert evaluated["evidence"]["baseline_source"] == "supplied"
 
-    from service.remote import gate_report
+    from service.client.reports import gate_report
 
     assert "supplied by the registrant" in gate_report(by_registrant)
     assert "measured by calmon when it fitted" in gate_report(by_calmon)

@@ -7,12 +7,15 @@ import contextlib
 import json
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from tests.integration.conftest import ADMIN_TOKEN
-from tests.integration.factories import fit_body
+from tests.integration.factories import contract_fields, fit_body
+from tests.integration.test_gate import run_cli
 from tests.integration.test_served import Served, serving_fresh
 from tests.integration.test_stream import minutes_ago
 
@@ -118,3 +121,22 @@ def test_a_body_over_the_limit_is_a_413_with_or_without_its_length(served: Serve
     exactly = fits + b" " * (LIMIT - len(fits))
     status, _, reply = exchange(served, post("/v1/predictions", exactly, stated=False))
     assert status == 200 and json.loads(reply)["accepted"] == 5
+
+
+@pytest.mark.parametrize("rows", [100, 150_000], ids=["read whole", "cut off"])
+def test_calmon_fit_of_sets_over_the_limit_says_so_and_how_to_go_on(
+    served: Served, tmp_path: Path, rows: int
+) -> None:
+    # 150,000 rows make a body of some 20 megabytes: the service answers 413 and closes before
+    # it has read the body, so the command's sending breaks off under the refusal.
+    rng = np.random.default_rng(3)
+    for name in ("fit", "eval"):
+        logits, labels = rng.normal(size=(rows, 3)), rng.integers(0, 3, rows)
+        np.savez(tmp_path / f"{name}.npz", logits=logits, labels=labels)
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(contract_fields("over-the-limit")))
+    sets = ("--fit", str(tmp_path / "fit.npz"), "--eval", str(tmp_path / "eval.npz"))
+    result = run_cli("fit", "--url", served.url, "--token", ADMIN_TOKEN, "--spec", str(spec), *sets)
+    assert result.returncode == 2, result.stderr
+    assert "payload_too_large" in result.stderr and "fit here with --local" in result.stderr
+    assert served.call("GET", "/v1/models/over-the-limit/contract")[0] == 404

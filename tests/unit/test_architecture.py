@@ -2,8 +2,8 @@
 
 Every ``import`` and ``from ... import`` of every module under ``service/`` is read with ``ast``
 (imports inside functions and ``TYPE_CHECKING`` blocks included) and attributed to a *unit*: a
-subpackage (``service/stream/`` is ``stream``) or a top-level module (``service/cli.py`` is
-``cli``; ``service/__init__.py`` is ``__init__``).
+subpackage (``service/stream/`` is ``stream``) or a top-level module (``service/server.py``
+is ``server``; ``service/__init__.py`` is ``__init__``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ ALLOWED: dict[str, frozenset[str]] = {
     "common": frozenset(),
     "config": frozenset(),
     "logging": frozenset(),
-    "remote": frozenset(),
     "client": frozenset(),
     "db": frozenset(),
     "audit": KERNEL | {"db"},
@@ -32,13 +31,13 @@ ALLOWED: dict[str, frozenset[str]] = {
     "gate": KERNEL | {"calibration", "db", "audit", "contracts"},
     "stream": KERNEL | {"calibration", "db", "audit", "contracts"},
     "export": KERNEL | {"calibration", "db", "audit", "contracts", "stream"},
-    "demo": KERNEL | {"remote", "client"},
+    "demo": KERNEL | {"client"},
     "web": KERNEL | {"calibration", "db", "audit", "auth", "contracts", "gate", "stream", "export"},
     "__init__": frozenset({"config", "web"}),
     "server": frozenset({"__init__", "config"}),
     "cli": KERNEL
     | {"calibration", "db", "audit", "auth", "contracts", "gate", "stream", "export"}
-    | {"demo", "remote", "client", "server"},
+    | {"demo", "client", "server"},
 }
 #: Third-party libraries of the edge: only these units may import them.
 EDGE_LIBRARIES = {

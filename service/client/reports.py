@@ -1,38 +1,9 @@
-"""A small client for calmon's HTTP API, used by ``calmon gate`` and ``calmon fit``."""
+"""Replies rendered as text for people: an error envelope, and a gate decision as the report
+``calmon gate`` prints."""
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from typing import Any
-
-
-class RemoteError(Exception):
-    """The service could not be reached, or replied with an error."""
-
-
-def call(
-    url: str, token: str, method: str, path: str, body: Any = None, timeout: float = 120
-) -> tuple[int, Any]:
-    """Send one request; return (status, decoded JSON reply). Connection failures raise."""
-    request = urllib.request.Request(
-        url.rstrip("/") + path,
-        method=method,
-        data=None if body is None else json.dumps(body).encode(),
-        headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, json.loads(response.read() or b"null")
-    except urllib.error.HTTPError as exc:
-        raw = exc.read()
-        try:
-            return exc.code, json.loads(raw)
-        except ValueError:
-            return exc.code, {"error": {"message": raw.decode(errors="replace")[:500]}}
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise RemoteError(f"cannot reach {url}: {getattr(exc, 'reason', exc)}") from exc
 
 
 def error_text(reply: Any) -> str:
