@@ -31,11 +31,10 @@ from service.contracts.model import Contract
 from service.db.database import Database
 from service.stream import fold_store, prediction_store
 from service.stream.arrow_batches import labels_from_arrow, predictions_from_arrow
-from service.stream.batches import (
-    MAX_BATCH_ITEMS,
+from service.stream.batch_bodies import MAX_BATCH_ITEMS, parse_envelope
+from service.stream.batch_columns import (
     LabelBatch,
     PredictionBatch,
-    parse_envelope,
     parse_labels,
     parse_predictions,
 )

@@ -13,7 +13,7 @@ import pyarrow as pa
 from flask import current_app, request
 
 from service.stream.arrow_stream import ARROW_STREAM, UnreadableArrow, read_stream
-from service.stream.batches import MAX_BATCH_ITEMS
+from service.stream.batch_bodies import MAX_BATCH_ITEMS
 from service.web.http_errors import ApiError
 
 
