@@ -39,7 +39,14 @@ from service.stream.idempotency import (
     distinct_cohorts,
     row_bytes,
 )
-from service.stream.instruments import PENDING_LABELS_DISCARDED, PENDING_LABELS_REJECTED
+from service.stream.instruments import (
+    LABEL_DELAY,
+    LABELS_INGESTED,
+    PENDING_LABELS_DISCARDED,
+    PENDING_LABELS_REJECTED,
+    PREDICTIONS_INGESTED,
+    observe_many,
+)
 from service.stream.label_classes import SentLabel, class_index, known_labels, same_label
 from service.stream.retention_store import retention_horizon
 from service.stream.sent_batches import SentBatch
@@ -268,6 +275,7 @@ def _store_predictions(
         )
         apply_deltas(session, model, deltas)
     session.commit()
+    PREDICTIONS_INGESTED.labels(model).inc(len(inserted))
     return PredictionsAccepted(
         model=model,
         accepted=len(inserted),
@@ -349,9 +357,23 @@ def _store_labels(
     result.delays_seconds = joined.label_delays().astype(float).tolist()
     _count_joined(session, model, joined, now)
     session.commit()
-    if result.rejected_pending:
-        PENDING_LABELS_REJECTED.labels(model).inc(len(result.rejected_pending))
+    _count_outcomes(result)
     return result
+
+
+def _count_outcomes(result: LabelsApplied) -> None:
+    """Count a committed label batch's outcomes and label delays in the stream's instruments."""
+    for outcome, count in (
+        ("joined", result.joined),
+        ("pending", result.pending),
+        ("duplicate", result.duplicates),
+        ("conflict", len(result.conflicts)),
+    ):
+        if count:
+            LABELS_INGESTED.labels(result.model, outcome).inc(count)
+    observe_many(LABEL_DELAY.labels(result.model), result.delays_seconds)
+    if result.rejected_pending:
+        PENDING_LABELS_REJECTED.labels(result.model).inc(len(result.rejected_pending))
 
 
 def _judge_joined(

@@ -13,12 +13,6 @@ from service.auth.tokens import Permission
 from service.common.clock import utcnow
 from service.common.errors import ErrorDetail, ValidationFailed
 from service.config import Settings
-from service.export.instruments import (
-    LABEL_DELAY,
-    LABELS_INGESTED,
-    PREDICTIONS_INGESTED,
-    observe_many,
-)
 from service.stream import fold, ingestion
 from service.stream import history as histories
 from service.stream import readings as monitoring
@@ -73,7 +67,6 @@ def predictions() -> Response:
     """Store a batch of predictions (idempotent per id), as JSON or as an Arrow IPC stream."""
     sent = predictions_body()
     result = ingestion.ingest_predictions(database(), db_session(), sent, _settings(), utcnow())
-    PREDICTIONS_INGESTED.labels(result.model).inc(result.accepted)
     return reply(PredictionsAccepted, result.to_dict())
 
 
@@ -93,15 +86,6 @@ def labels() -> Response:
     """Join a batch of labels to their predictions (JSON, or an Arrow IPC stream)."""
     sent = labels_body()
     result = ingestion.ingest_labels(database(), db_session(), sent, _settings(), utcnow())
-    for outcome, count in (
-        ("joined", result.joined),
-        ("pending", result.pending),
-        ("duplicate", result.duplicates),
-        ("conflict", len(result.conflicts)),
-    ):
-        if count:
-            LABELS_INGESTED.labels(result.model, outcome).inc(count)
-    observe_many(LABEL_DELAY.labels(result.model), result.delays_seconds)
     return reply(LabelsApplied, result.to_dict())
 
 
