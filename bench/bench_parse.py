@@ -20,7 +20,8 @@ import numpy as np
 import orjson
 
 from service.common.json_text import JsonText
-from service.stream.batches import parse_envelope, parse_labels, parse_predictions
+from service.stream.batch_bodies import parse_envelope
+from service.stream.batch_columns import parse_labels, parse_predictions
 
 MAX_ITEMS = 100_000
 

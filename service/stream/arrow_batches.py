@@ -34,10 +34,10 @@ from service.stream.arrow_rows import (
     score_problems,
 )
 from service.stream.arrow_stream import is_text, refused, type_name
-from service.stream.batches import (
+from service.stream.batch_bodies import check_cohort
+from service.stream.batch_columns import (
     LabelBatch,
     PredictionBatch,
-    check_cohort,
     label_columns,
     parse_labels,
     parse_predictions,

@@ -1,15 +1,15 @@
 """Every problem of an Arrow batch's rows, named as the item-by-item path of a JSON batch names
 it (``predictions[3].ts``), in column passes.
 
-When the fast checks of a batch given as columns (``batches.prediction_columns``,
-``batches.label_columns``) doubt it, the rows are checked here by the rules a JSON item is held
-to, value by value (``batches.id_problem``, ``check_cohort``, ``sent_label``, the timestamp's
-rules) or with array operations (the logits and scores, whose messages are those of
-``batches.row_numbers_problem``): a few microseconds per row whatever its width, where
+When the fast checks of a batch given as columns (``batch_columns.prediction_columns``,
+``batch_columns.label_columns``) doubt it, the rows are checked here by the rules a JSON item is
+held to, value by value (``batch_bodies.id_problem``, ``check_cohort``, ``sent_label``, the
+timestamp's rules) or with array operations (the logits and scores, whose messages are those of
+``batch_bodies.row_numbers_problem``): a few microseconds per row whatever its width, where
 validating an item costs about 100 microseconds for K = 16 and milliseconds for K = 1,000. A null
 is the field missing from that row. Each row's problems come in the item path's order: its
 missing fields, then the problems of its fields in the order the item declares them
-(``batches.MulticlassPrediction``, ``BinaryPrediction``, ``LabelItem``).
+(``batch_bodies.MulticlassPrediction``, ``BinaryPrediction``, ``LabelItem``).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from service.common.values import (
     timestamp_problem,
 )
 from service.contracts.labeled_sets import inputs_problem, number_problem
-from service.stream.batches import check_cohort, id_problem, row_numbers_problem, sent_label
+from service.stream.batch_bodies import check_cohort, id_problem, row_numbers_problem, sent_label
 
 MISSING = message_of("missing", {}, "")
 #: A row's missing fields come before the problems of its fields.

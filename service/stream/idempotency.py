@@ -12,7 +12,7 @@ from datetime import datetime
 import numpy as np
 
 from service.common.errors import Conflict, ErrorDetail
-from service.stream.batches import PredictionBatch
+from service.stream.batch_columns import PredictionBatch
 
 
 def canonical_cohort(cohort: Mapping[str, str]) -> str:

@@ -13,7 +13,6 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 from sqlalchemy.orm import Session
 
 from service.common.errors import (
@@ -24,21 +23,12 @@ from service.common.errors import (
     NotFound,
     ValidationFailed,
 )
-from service.common.json_text import JsonText
 from service.config import Settings
 from service.contracts import store as contracts_store
 from service.contracts.model import Contract
 from service.db.database import Database
 from service.stream import fold_store, prediction_store
-from service.stream.arrow_batches import labels_from_arrow, predictions_from_arrow
-from service.stream.batches import (
-    MAX_BATCH_ITEMS,
-    LabelBatch,
-    PredictionBatch,
-    parse_envelope,
-    parse_labels,
-    parse_predictions,
-)
+from service.stream.batch_columns import LabelBatch, PredictionBatch
 from service.stream.bucket_store import apply_deltas
 from service.stream.bucketing import bucket_deltas, epoch_seconds, shares_bucket
 from service.stream.cohorts import admit_cohorts, slices_of
@@ -49,9 +39,17 @@ from service.stream.idempotency import (
     distinct_cohorts,
     row_bytes,
 )
-from service.stream.instruments import PENDING_LABELS_DISCARDED, PENDING_LABELS_REJECTED
+from service.stream.instruments import (
+    LABEL_DELAY,
+    LABELS_INGESTED,
+    PENDING_LABELS_DISCARDED,
+    PENDING_LABELS_REJECTED,
+    PREDICTIONS_INGESTED,
+    observe_many,
+)
 from service.stream.label_classes import SentLabel, class_index, known_labels, same_label
 from service.stream.retention_store import retention_horizon
+from service.stream.sent_batches import SentBatch
 from service.stream.sql.columns import LabeledRows, PredictionColumns
 
 
@@ -173,67 +171,33 @@ def _check_retention_horizon(session: Session, ts: Sequence[datetime]) -> None:
 
 
 def ingest_predictions(
+    db: Database,
     session: Session,
-    body: Mapping[str, Any],
+    sent: SentBatch,
     settings: Settings,
     now: datetime,
-    text: JsonText | None = None,
 ) -> PredictionsAccepted:
     """Store a batch of predictions idempotently and join any labels that were waiting.
 
-    ``text`` is the JSON text ``body`` was decoded from, if any, held to the rule that no object
-    repeats a key (``service.common.json_text``) before anything is written."""
-    envelope = parse_envelope(body, "predictions", MAX_BATCH_ITEMS, text)
-    _model_or_404(session, envelope.model)
-    contract = _binding_contract(session, envelope.model, envelope.contract_id, now)
-    spec = contract.spec
-    batch = parse_predictions(
-        envelope.items, task=spec.task, n_classes=len(spec.classes), now=now, text=envelope.text
-    )
-    return _store_predictions(session, envelope.model, contract, batch, settings, now)
-
-
-def ingest_arrow_predictions(
-    db: Database,
-    session: Session,
-    model: str | None,
-    contract_id: str | None,
-    table: pa.Table,
-    settings: Settings,
-    now: datetime,
-) -> PredictionsAccepted:
-    """``ingest_predictions`` for a batch sent as Arrow columns (``arrow_batches``): the model
-    and the optional contract id checked by the envelope's rules, the rows by the items'.
-
-    The model and its contract are read, and the rows validated, in a read session of ``db``
-    (on SQLite it neither takes nor waits for the write lock): the write transaction on
-    ``session`` begins only once the batch is known valid. It binds the batch to the contract
-    it reads itself, which is the one validated against unless a contract was registered or
-    retired meanwhile (the rows are then validated again)."""
-    envelope = parse_envelope(_envelope_of(model, contract_id, "predictions"), "predictions")
+    The model and its contract are read, and the rows validated (``SentBatch.predictions``:
+    JSON items or Arrow columns; a JSON body is also held to the rule that no object repeats a
+    key), in a read session of ``db`` (on SQLite it neither takes nor waits for the write lock):
+    the write transaction on ``session`` begins only once the batch is known valid. It binds
+    the batch to the contract it reads itself, which is the one validated against unless a
+    contract was registered or retired meanwhile (the rows are then validated again)."""
     with db.read_session() as reading:
-        _model_or_404(reading, envelope.model)
-        contract = _binding_contract(reading, envelope.model, envelope.contract_id, now)
-    batch = _arrow_predictions(table, contract, now)
-    bound = _binding_contract(session, envelope.model, envelope.contract_id, now)
+        _model_or_404(reading, sent.model)
+        contract = _binding_contract(reading, sent.model, sent.contract_id, now)
+    batch = _predictions(sent, contract, now)
+    bound = _binding_contract(session, sent.model, sent.contract_id, now)
     if bound.id != contract.id:
-        batch = _arrow_predictions(table, bound, now)
-    return _store_predictions(session, envelope.model, bound, batch, settings, now)
+        batch = _predictions(sent, bound, now)
+    return _store_predictions(session, sent.model, bound, batch, settings, now)
 
 
-def _arrow_predictions(table: pa.Table, contract: Contract, now: datetime) -> PredictionBatch:
+def _predictions(sent: SentBatch, contract: Contract, now: datetime) -> PredictionBatch:
     spec = contract.spec
-    return predictions_from_arrow(table, task=spec.task, n_classes=len(spec.classes), now=now)
-
-
-def _envelope_of(model: str | None, contract_id: str | None, items_key: str) -> dict[str, Any]:
-    """The JSON envelope an Arrow body's query parameters stand for (its items checked apart)."""
-    body: dict[str, Any] = {items_key: [None]}
-    if model is not None:
-        body["model"] = model
-    if contract_id is not None:
-        body["contract_id"] = contract_id
-    return body
+    return sent.predictions(task=spec.task, n_classes=len(spec.classes), now=now)
 
 
 def _store_predictions(
@@ -311,6 +275,7 @@ def _store_predictions(
         )
         apply_deltas(session, model, deltas)
     session.commit()
+    PREDICTIONS_INGESTED.labels(model).inc(len(inserted))
     return PredictionsAccepted(
         model=model,
         accepted=len(inserted),
@@ -339,11 +304,11 @@ def _judge_waiting(
 
 
 def ingest_labels(
+    db: Database,
     session: Session,
-    body: Mapping[str, Any],
+    sent: SentBatch,
     settings: Settings,
     now: datetime,
-    text: JsonText | None = None,
 ) -> LabelsApplied:
     """Join labels to their predictions; keep early ones pending; report duplicates/conflicts.
 
@@ -352,35 +317,15 @@ def ingest_labels(
     waiting for its prediction needs only to be a class of some version of the model; it is
     judged when its prediction arrives (``ingest_predictions``).
 
-    ``text``: as for ``ingest_predictions``."""
-    envelope = parse_envelope(body, "labels", MAX_BATCH_ITEMS, text)
-    _model_or_404(session, envelope.model)
-    versions = {v.id: v for v in contracts_store.model_classes(session, envelope.model)}
-    index_of, n_classes = known_labels([v.classes for v in versions.values()])
-    batch = parse_labels(
-        envelope.items, index_of=index_of, n_classes=n_classes, now=now, text=envelope.text
-    )
-    return _store_labels(session, envelope.model, versions, batch, settings, now)
-
-
-def ingest_arrow_labels(
-    db: Database,
-    session: Session,
-    model: str | None,
-    table: pa.Table,
-    settings: Settings,
-    now: datetime,
-) -> LabelsApplied:
-    """``ingest_labels`` for a batch sent as Arrow columns (``arrow_batches``). The model's
-    contract versions are read, and the rows validated, in a read session of ``db``, as for
-    ``ingest_arrow_predictions``: the write transaction on ``session`` begins after them."""
-    envelope = parse_envelope(_envelope_of(model, None, "labels"), "labels")
+    The model's contract versions are read, and the rows validated, in a read session of
+    ``db``, as for ``ingest_predictions``: the write transaction on ``session`` begins after
+    them."""
     with db.read_session() as reading:
-        _model_or_404(reading, envelope.model)
-        versions = {v.id: v for v in contracts_store.model_classes(reading, envelope.model)}
+        _model_or_404(reading, sent.model)
+        versions = {v.id: v for v in contracts_store.model_classes(reading, sent.model)}
     index_of, n_classes = known_labels([v.classes for v in versions.values()])
-    batch = labels_from_arrow(table, index_of=index_of, n_classes=n_classes, now=now)
-    return _store_labels(session, envelope.model, versions, batch, settings, now)
+    batch = sent.labels(index_of=index_of, n_classes=n_classes, now=now)
+    return _store_labels(session, sent.model, versions, batch, settings, now)
 
 
 def _store_labels(
@@ -412,9 +357,23 @@ def _store_labels(
     result.delays_seconds = joined.label_delays().astype(float).tolist()
     _count_joined(session, model, joined, now)
     session.commit()
-    if result.rejected_pending:
-        PENDING_LABELS_REJECTED.labels(model).inc(len(result.rejected_pending))
+    _count_outcomes(result)
     return result
+
+
+def _count_outcomes(result: LabelsApplied) -> None:
+    """Count a committed label batch's outcomes and label delays in the stream's instruments."""
+    for outcome, count in (
+        ("joined", result.joined),
+        ("pending", result.pending),
+        ("duplicate", result.duplicates),
+        ("conflict", len(result.conflicts)),
+    ):
+        if count:
+            LABELS_INGESTED.labels(result.model, outcome).inc(count)
+    observe_many(LABEL_DELAY.labels(result.model), result.delays_seconds)
+    if result.rejected_pending:
+        PENDING_LABELS_REJECTED.labels(result.model).inc(len(result.rejected_pending))
 
 
 def _judge_joined(

@@ -45,7 +45,7 @@ def json_body() -> dict[str, Any]:
 
 def json_batch_body() -> tuple[dict[str, Any], JsonText]:
     """``json_body`` for a prediction or label batch, but for repeated keys: the batch parser
-    (``service.stream.batches``) holds the body to that rule with the returned text, counting
+    (``service.stream.batch_columns``) holds the body to that rule with the returned text, counting
     keys and strings while it validates the items anyway."""
     raw, value = _decoded()
     return value, JsonText.of(raw, _BATCH_KEYS)

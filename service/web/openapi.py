@@ -18,7 +18,7 @@ from werkzeug.routing import Rule
 from service.auth.tokens import GRANTS, Permission
 from service.contracts.requests import FIT, REGISTRATION, RETIREMENT
 from service.gate.requests import GATE_REQUEST
-from service.stream.batches import LABELS, PREDICTIONS
+from service.stream.batch_bodies import LABELS, PREDICTIONS
 from service.web.auth import requires
 from service.web.operations import ARROW_STREAM, JSON, Operation, operation, operation_of
 from service.web.replies import Error

@@ -468,6 +468,44 @@ def test_an_accepted_arrow_body_writes_in_one_transaction_after_reading(
     assert began[-1] is False and began.count(False) == 1, began
 
 
+@pytest.mark.parametrize("path", list(ROUTES))
+def test_a_json_batch_is_read_and_refused_as_an_arrow_one_is(
+    client: FlaskClient, auth: Auth, db: Database, path: str
+) -> None:
+    """One body reader for both content types: a JSON batch's rows too are validated in a read
+    session before any write transaction begins, and an accepted one writes in one."""
+    _multiclass_contract(client, auth)
+    items_key = path.removeprefix("/v1/")
+    table = ROUTES[path][0]().to_pylist()
+    items = [
+        {
+            **{k: v for k, v in row.items() if k != "region"},
+            "ts": row["ts"].isoformat().replace("+00:00", "Z"),
+        }
+        for row in table
+    ]
+    auth.token("ingest")
+    refused = [*items[:2], {**items[2], "id": ""}]
+    with transactions(db) as began:
+        error = assert_envelope(
+            client.post(
+                path,
+                json={"model": "glyphs", items_key: refused},
+                headers=auth.headers("ingest"),
+            ),
+            422,
+        )
+    assert error["details"][0]["field"] == f"{items_key}[2].id"
+    assert began and all(began), began
+    with transactions(db) as began:
+        ok(
+            client.post(
+                path, json={"model": "glyphs", items_key: items}, headers=auth.headers("ingest")
+            )
+        )
+    assert began[-1] is False and began.count(False) == 1, began
+
+
 @pytest.mark.skipif(BACKEND != "sqlite", reason="SQLite's database-wide write lock")
 def test_a_refused_body_is_answered_while_another_writer_holds_the_lock(
     client: FlaskClient, auth: Auth, db: Database

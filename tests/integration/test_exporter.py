@@ -17,6 +17,8 @@ from service.config import load_settings
 from service.db.database import Database
 from service.export.lease_store import try_acquire
 from service.export.refresher import Refresher, refresh_all
+from service.stream import ingestion
+from service.stream.sent_batches import SentBatch
 from service.web.route_names import route_template
 from tests.integration.conftest import ADMIN_TOKEN, Auth
 from tests.integration.factories import fit_body
@@ -124,6 +126,32 @@ def test_a_drift_status_change_is_an_audit_event(
 
 def counter(name: str, **labels: str) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def test_the_use_cases_count_what_they_store(app: Flask, client: FlaskClient, auth: Auth) -> None:
+    """The stream's counters are the use cases' own: a batch stored without the HTTP edge is
+    counted as one sent over it."""
+    _multiclass_contract(client, auth, model="direct")
+    db: Database = app.extensions["calmon.database"]
+    now = datetime.now(UTC)
+    stored = counter("calmon_predictions_ingested_total", model="direct")
+    joined = counter("calmon_labels_ingested_total", model="direct", outcome="joined")
+    pending = counter("calmon_labels_ingested_total", model="direct", outcome="pending")
+    delays = counter("calmon_label_delay_seconds_count", model="direct")
+    ts = (now - timedelta(hours=2)).isoformat()
+    preds = [{"id": f"d{i}", "ts": ts, "logits": [1.0, 0.0, 0.0]} for i in range(5)]
+    labels = [{"id": f"d{i}", "label": 0, "ts": now.isoformat()} for i in range(3)]
+    labels.append({"id": "waits", "label": 1, "ts": now.isoformat()})
+    with db.sessions() as session:
+        sent = SentBatch.of_json({"model": "direct", "predictions": preds}, "predictions")
+        ingestion.ingest_predictions(db, session, sent, settings_for(app), now)
+    with db.sessions() as session:
+        sent = SentBatch.of_json({"model": "direct", "labels": labels}, "labels")
+        ingestion.ingest_labels(db, session, sent, settings_for(app), now)
+    assert counter("calmon_predictions_ingested_total", model="direct") - stored == 5
+    assert counter("calmon_labels_ingested_total", model="direct", outcome="joined") - joined == 3
+    assert counter("calmon_labels_ingested_total", model="direct", outcome="pending") - pending == 1
+    assert counter("calmon_label_delay_seconds_count", model="direct") - delays == 3
 
 
 def test_ingest_counters_and_label_delay(client: FlaskClient, auth: Auth) -> None:

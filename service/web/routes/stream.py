@@ -8,18 +8,11 @@ from dataclasses import asdict
 from datetime import datetime, timedelta
 
 from flask import Blueprint, Response, current_app
-from pydantic import Field
 
 from service.auth.tokens import Permission
 from service.common.clock import utcnow
 from service.common.errors import ErrorDetail, ValidationFailed
 from service.config import Settings
-from service.export.instruments import (
-    LABEL_DELAY,
-    LABELS_INGESTED,
-    PREDICTIONS_INGESTED,
-    observe_many,
-)
 from service.stream import fold, ingestion
 from service.stream import history as histories
 from service.stream import readings as monitoring
@@ -32,13 +25,16 @@ from service.stream.windows import (
     WindowError,
     parse_duration,
 )
-from service.web.arrow_body import arrow_batch_body, is_arrow
 from service.web.auth import requires
-from service.web.bodies import json_batch_body
+from service.web.batch_body import (
+    ArrowLabelsQuery,
+    ArrowPredictionsQuery,
+    labels_body,
+    predictions_body,
+)
 from service.web.db_session import database, db_session
 from service.web.operations import ARROW_STREAM, CSV, JSON, operation
 from service.web.queries import (
-    NameParam,
     NoQuery,
     Query,
     TextParam,
@@ -55,23 +51,6 @@ def _settings() -> Settings:
     return current_app.config["CALMON_SETTINGS"]  # type: ignore[no-any-return]
 
 
-_ARROW_ONLY = "Arrow bodies only; a JSON body carries it in the body"
-
-
-class ArrowPredictionsQuery(Query):
-    """An Arrow body's batch fields: its model and, optionally, the contract it binds to
-    (a JSON body carries them in the body and takes no query parameters)."""
-
-    model: NameParam = Field(default=None, description=_ARROW_ONLY)  # type: ignore[valid-type]
-    contract_id: TextParam = Field(default=None, description=_ARROW_ONLY)
-
-
-class ArrowLabelsQuery(Query):
-    """An Arrow body's model (a JSON body carries it in the body)."""
-
-    model: NameParam = Field(default=None, description=_ARROW_ONLY)  # type: ignore[valid-type]
-
-
 @bp.post("/predictions")
 @requires(Permission.INGEST)
 @operation(
@@ -86,17 +65,8 @@ class ArrowLabelsQuery(Query):
 )
 def predictions() -> Response:
     """Store a batch of predictions (idempotent per id), as JSON or as an Arrow IPC stream."""
-    if is_arrow():
-        query = ArrowPredictionsQuery.parse()
-        table = arrow_batch_body()
-        result = ingestion.ingest_arrow_predictions(
-            database(), db_session(), query.model, query.contract_id, table, _settings(), utcnow()
-        )
-    else:
-        NoQuery.parse()
-        body, text = json_batch_body()
-        result = ingestion.ingest_predictions(db_session(), body, _settings(), utcnow(), text)
-    PREDICTIONS_INGESTED.labels(result.model).inc(result.accepted)
+    sent = predictions_body()
+    result = ingestion.ingest_predictions(database(), db_session(), sent, _settings(), utcnow())
     return reply(PredictionsAccepted, result.to_dict())
 
 
@@ -114,25 +84,8 @@ def predictions() -> Response:
 )
 def labels() -> Response:
     """Join a batch of labels to their predictions (JSON, or an Arrow IPC stream)."""
-    if is_arrow():
-        query = ArrowLabelsQuery.parse()
-        table = arrow_batch_body()
-        result = ingestion.ingest_arrow_labels(
-            database(), db_session(), query.model, table, _settings(), utcnow()
-        )
-    else:
-        NoQuery.parse()
-        body, text = json_batch_body()
-        result = ingestion.ingest_labels(db_session(), body, _settings(), utcnow(), text)
-    for outcome, count in (
-        ("joined", result.joined),
-        ("pending", result.pending),
-        ("duplicate", result.duplicates),
-        ("conflict", len(result.conflicts)),
-    ):
-        if count:
-            LABELS_INGESTED.labels(result.model, outcome).inc(count)
-    observe_many(LABEL_DELAY.labels(result.model), result.delays_seconds)
+    sent = labels_body()
+    result = ingestion.ingest_labels(database(), db_session(), sent, _settings(), utcnow())
     return reply(LabelsApplied, result.to_dict())
 
 

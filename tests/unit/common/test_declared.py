@@ -26,7 +26,7 @@ from service.common.declared import (
 from service.common.errors import ErrorCollector
 from service.contracts.requests import DRIFT_POLICY, FIT, REGISTRATION, RETIREMENT
 from service.gate.requests import GATE_POLICY, GATE_REQUEST
-from service.stream.batches import LABELS, PREDICTIONS
+from service.stream.batch_bodies import LABELS, PREDICTIONS
 
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
 

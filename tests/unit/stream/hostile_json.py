@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from service.stream.batches import MAX_ID_LENGTH
+from service.stream.batch_bodies import MAX_ID_LENGTH
 
 ODD_TEXT = st.sampled_from(
     ["", " ", "\t", "a\x00b", "a\ud800", "x" * (MAX_ID_LENGTH + 1), "é", "😀", "\u2028"]

@@ -22,7 +22,7 @@ from service.calibration._checks import MAX_ABS_LOGIT
 from service.common.errors import ValidationFailed
 from service.common.values import format_timestamp
 from service.stream.arrow_batches import labels_from_arrow, predictions_from_arrow
-from service.stream.batches import parse_labels, parse_predictions
+from service.stream.batch_columns import parse_labels, parse_predictions
 
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
 K = 3

@@ -12,10 +12,10 @@ import pytest
 from service.calibration._checks import MAX_ABS_LOGIT
 from service.common.errors import InvalidJson, ValidationFailed
 from service.common.json_text import JsonText
-from service.stream.batches import (
+from service.stream.batch_bodies import parse_envelope
+from service.stream.batch_columns import (
     _parse_labels_fast,
     _parse_predictions_fast,
-    parse_envelope,
     parse_labels,
     parse_predictions,
 )

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from service.calibration._checks import MAX_ABS_LOGIT
 from service.common.errors import ValidationFailed
-from service.stream.batches import (
-    MAX_ID_LENGTH,
+from service.stream.batch_bodies import MAX_ID_LENGTH
+from service.stream.batch_columns import (
     PredictionBatch,
     _parse_predictions_fast,
     parse_predictions,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from service.common.errors import Conflict
-from service.stream.batches import PredictionBatch
+from service.stream.batch_columns import PredictionBatch
 from service.stream.idempotency import (
     canonical_cohort,
     dedupe_batch,

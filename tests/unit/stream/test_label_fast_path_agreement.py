@@ -18,8 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from service.common.errors import ValidationFailed
-from service.stream import batches
-from service.stream.batches import MAX_ID_LENGTH, LabelBatch, parse_labels
+from service.stream import batch_columns as batches
+from service.stream.batch_bodies import MAX_ID_LENGTH
+from service.stream.batch_columns import LabelBatch, parse_labels
 from tests.unit.stream.hostile_json import JSON_ANY, ODD_TEXT, STAMPS
 
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
