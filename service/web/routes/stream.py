@@ -97,7 +97,7 @@ def predictions() -> Response:
         body, text = json_batch_body()
         result = ingestion.ingest_predictions(db_session(), body, _settings(), utcnow(), text)
     PREDICTIONS_INGESTED.labels(result.model).inc(result.accepted)
-    return reply(PredictionsAccepted, result.to_dict())
+    return reply(PredictionsAccepted, result)
 
 
 @bp.post("/labels")
@@ -133,7 +133,7 @@ def labels() -> Response:
         if count:
             LABELS_INGESTED.labels(result.model, outcome).inc(count)
     observe_many(LABEL_DELAY.labels(result.model), result.delays_seconds)
-    return reply(LabelsApplied, result.to_dict())
+    return reply(LabelsApplied, result)
 
 
 #: A duration: a positive integer and a unit (``90s``, ``15m``, ``24h``, ``7d``).
