@@ -76,14 +76,15 @@ class AuditEventsQuery(Query):
 @requires(Permission.READ)
 @operation(
     operation_id="auditEvents",
-    summary="The audit log, as JSON or (format=csv) as CSV with the next cursor in X-Next-Cursor",
     reply=AuditEvents,
     reply_description="a page",
     media={CSV: {"type": "string"}},
     query=AuditEventsQuery,
 )
 def events() -> Response:
-    """Audit events oldest first, filtered by model, type and time; paginated; JSON or CSV.
+    """The audit log, as JSON or (format=csv) as CSV with the next cursor in X-Next-Cursor.
+
+    Audit events oldest first, filtered by model, type and time; paginated; JSON or CSV.
 
     In CSV, text cells a spreadsheet could read as formulas are prefixed with ``'``.
     """
@@ -170,17 +171,19 @@ def _anchor(seq_raw: str | None, sha_raw: str | None) -> Anchor | None:
 @requires(Permission.READ)
 @operation(
     operation_id="verifyAudit",
-    summary="Verify the audit log, its keyed head and every contract, gate decision and"
-    " retirement against its event (and an anchor: expected_seq with expected_sha256)",
     reply=ChainVerification,
     reply_description="result",
     query=VerifyQuery,
 )
 def verify() -> Response:
-    """Walk the chain, check the keyed head (under a key) and every contract, gate decision and
-    retirement against its event; report what was checked, the head, every problem (the first
-    100, and their count) and whether the anchor (``expected_seq`` with ``expected_sha256``),
-    if given, is still on the chain."""
+    """Verify the audit log, its keyed head and every contract, gate decision and retirement against
+    its event (and an anchor: expected_seq with expected_sha256).
+
+    Walk the chain, check the keyed head (under a key) and every contract, gate decision and
+    retirement against its event; report what was checked, the head, every problem (the first 100,
+    and their count) and whether the anchor (``expected_seq`` with ``expected_sha256``), if given,
+    is still on the chain.
+    """
     anchor = VerifyQuery.parse().anchor()
     report = audit_service.verify_audit(
         db_session(), anchor, contracts=contracts_service.stored_contracts

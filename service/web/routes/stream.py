@@ -23,6 +23,7 @@ from service.export.instruments import (
 from service.stream import fold, ingestion
 from service.stream import history as histories
 from service.stream import readings as monitoring
+from service.stream.batches import LABELS, PREDICTIONS
 from service.stream.cohorts import ALL, KEY_PATTERN, parse_slice_query
 from service.stream.replies import Calibration, Cohorts, History, LabelsApplied, PredictionsAccepted
 from service.stream.windows import (
@@ -76,16 +77,15 @@ class ArrowLabelsQuery(Query):
 @requires(Permission.INGEST)
 @operation(
     operation_id="ingestPredictions",
-    summary="Store a batch of predictions (idempotent per id), as JSON or an Arrow IPC stream",
     reply=PredictionsAccepted,
     reply_description="counts",
-    body="PredictionBatch",
+    body=PREDICTIONS,
     body_media=(JSON, ARROW_STREAM),
     query=ArrowPredictionsQuery,
     errors=(404, 409, 503),
 )
 def predictions() -> Response:
-    """Store a batch of predictions (idempotent per id), as JSON or as an Arrow IPC stream."""
+    """Store a batch of predictions (idempotent per id), as JSON or an Arrow IPC stream."""
     if is_arrow():
         query = ArrowPredictionsQuery.parse()
         table = arrow_batch_body()
@@ -104,16 +104,18 @@ def predictions() -> Response:
 @requires(Permission.INGEST)
 @operation(
     operation_id="ingestLabels",
-    summary="Join a batch of labels, as JSON or an Arrow IPC stream",
     reply=LabelsApplied,
     reply_description="counts",
-    body="LabelBatch",
+    body=LABELS,
     body_media=(JSON, ARROW_STREAM),
     query=ArrowLabelsQuery,
     errors=(404, 503),
 )
 def labels() -> Response:
-    """Join a batch of labels to their predictions (JSON, or an Arrow IPC stream)."""
+    """Join a batch of labels, as JSON or an Arrow IPC stream.
+
+    Join a batch of labels to their predictions (JSON, or an Arrow IPC stream).
+    """
     if is_arrow():
         query = ArrowLabelsQuery.parse()
         table = arrow_batch_body()
@@ -200,13 +202,15 @@ def _consistent(query: CalibrationQuery | HistoryQuery, model: str, now: datetim
 @requires(Permission.READ)
 @operation(
     operation_id="calibration",
-    summary="The reading of a window and cohort slice",
     reply=Calibration,
     reply_description="reading, bins, baseline, drift",
     query=CalibrationQuery,
 )
 def calibration(model: str) -> Response:
-    """The reading of a window and cohort slice, with bins, baseline and drift."""
+    """The reading of a window and cohort slice.
+
+    The reading of a window and cohort slice, with bins, baseline and drift.
+    """
     now = utcnow()
     query = CalibrationQuery.parse(now)
     slice_, window = query.slice(), query.reading_window(now)
@@ -219,13 +223,15 @@ def calibration(model: str) -> Response:
 @requires(Permission.READ)
 @operation(
     operation_id="cohorts",
-    summary="Cohort slices seen",
     reply=Cohorts,
     reply_description="slices with counts",
     query=NoQuery,
 )
 def cohorts(model: str) -> Response:
-    """Slices seen for the model, with prediction and label counts."""
+    """Cohort slices seen.
+
+    Slices seen for the model, with prediction and label counts.
+    """
     NoQuery.parse()
     slices = monitoring.cohort_slices(db_session(), model)
     return reply(Cohorts, {"model": model, "slices": [asdict(s) for s in slices]})
@@ -270,15 +276,17 @@ class HistoryQuery(HistoryRangeQuery):
 @requires(Permission.READ)
 @operation(
     operation_id="history",
-    summary="A cohort slice's readings per step (step a multiple of 5 minutes; default 7 days at"
-    " 1 h), as JSON or (format=csv) as CSV",
     reply=History,
     reply_description="one point per step, oldest first",
     media={CSV: {"type": "string"}},
     query=HistoryQuery,
 )
 def history(model: str) -> Response:
-    """A cohort slice's readings per step (JSON, or CSV with ``format=csv``)."""
+    """A cohort slice's readings per step (step a multiple of 5 minutes; default 7 days at 1 h), as
+    JSON or (format=csv) as CSV.
+
+    A cohort slice's readings per step (JSON, or CSV with ``format=csv``).
+    """
     now = utcnow()
     query = HistoryQuery.parse(now)
     slice_, (start, end, step) = query.slice(), query.range(now)

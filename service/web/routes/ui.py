@@ -350,13 +350,15 @@ _SVG_REPLY = {SVG: {"type": "string"}}
 @requires(Permission.READ, allow_cookie=True)
 @operation(
     operation_id="modelDiagram",
-    summary="The reliability diagram (SVG) of a window and cohort, with bin counts",
     media=_SVG_REPLY,
     reply_description="SVG",
     query=WindowQuery,
 )
 def model_svg(model: str) -> Response:
-    """The reliability diagram of a window and cohort (same parameters as the calibration)."""
+    """The reliability diagram (SVG) of a window and cohort, with bin counts.
+
+    The reliability diagram of a window and cohort (same parameters as the calibration).
+    """
     now = utcnow()
     query = WindowQuery.parse(now)
     slice_, window = query.slice(), query.reading_window(now)
@@ -382,13 +384,15 @@ class BaselineDiagramQuery(Query):
 @requires(Permission.READ, allow_cookie=True)
 @operation(
     operation_id="contractDiagram",
-    summary="A contract's baseline reliability diagram (SVG)",
     media=_SVG_REPLY,
     reply_description="SVG",
     query=BaselineDiagramQuery,
 )
 def contract_svg(contract_id: str) -> Response:
-    """A contract's baseline diagram: ``split`` fit|eval, ``which`` calibrated|uncalibrated."""
+    """A contract's baseline reliability diagram (SVG).
+
+    A contract's baseline diagram: ``split`` fit|eval, ``which`` calibrated|uncalibrated.
+    """
     query = BaselineDiagramQuery.parse()
     split, which = query.split, query.which
     contract = contracts_service.find_contract(db_session(), contract_id)
@@ -406,17 +410,18 @@ def contract_svg(contract_id: str) -> Response:
 @requires(Permission.READ, allow_cookie=True)
 @operation(
     operation_id="historyDiagram",
-    summary="The ECE-over-time chart (SVG) of a cohort slice: the history's steps with the"
-    " debiased ECE and its 95% interval, the policy and baseline lines, statuses and label"
-    " coverage",
     media=_SVG_REPLY,
     reply_description="SVG",
     query=HistoryRangeQuery,
 )
 def history_svg(model: str) -> Response:
-    """The ECE-over-time chart of a cohort slice (the history's parameters but ``format``;
-    without ``start`` the chart spans the slice's data, at most 7 days, in a step fitted to it
-    unless ``step`` is given)."""
+    """The ECE-over-time chart (SVG) of a cohort slice: the history's steps with the debiased ECE
+    and its 95% interval, the policy and baseline lines, statuses and label coverage.
+
+    The ECE-over-time chart of a cohort slice (the history's parameters but ``format``; without
+    ``start`` the chart spans the slice's data, at most 7 days, in a step fitted to it unless
+    ``step`` is given).
+    """
     now = utcnow()
     query = HistoryRangeQuery.parse(now)
     slice_, (start, end, step) = query.slice(), query.range(now)
