@@ -51,6 +51,7 @@ are refreshed as usual. Maintenance steps are isolated the same way.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import threading
@@ -64,6 +65,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from service.audit import store as audit
+from service.audit.events import StatusChanged
 from service.common.clock import utcnow
 from service.config import Settings
 from service.contracts import store as contracts_store
@@ -133,30 +135,39 @@ class LeaseLost(RuntimeError):
     """Another refresher holds the lease now: this one stops its cycle."""
 
 
+def _number(value: float | None) -> float | None:
+    """A measure as stored: a Python float, None for no value (None or NaN)."""
+    return None if value is None or math.isnan(value) else float(value)
+
+
 def gauge_values(window_reading: WindowReading) -> dict[str, Any]:
     """The numbers the Prometheus gauges show, from a window reading (None: no value), with the
     drift status, its reasons and the contract policy's ``max_ece``: what is stored per reading."""
-    metrics, drift = window_reading.reading.to_dict(), window_reading.drift.to_dict()
-    ci = metrics.get("ece_ci") or [None, None]
+    reading, drift = window_reading.reading, window_reading.drift
+    refit, shift, expected = (
+        drift.refit_temperature,
+        drift.confidence_shift,
+        drift.expected_accuracy,
+    )
     return {
-        "ece": metrics.get("ece"),
-        "ece_debiased": metrics.get("ece_debiased"),
-        "ece_ci_lower": ci[0],
-        "ece_ci_upper": ci[1],
-        "nll": metrics.get("nll"),
-        "brier": metrics.get("brier"),
-        "accuracy": metrics.get("accuracy"),
-        "mean_confidence": metrics.get("mean_confidence"),
+        "ece": _number(reading.ece),
+        "ece_debiased": _number(reading.ece_debiased),
+        "ece_ci_lower": _number(reading.ece_ci[0]),
+        "ece_ci_upper": _number(reading.ece_ci[1]),
+        "nll": _number(reading.nll),
+        "brier": _number(reading.brier),
+        "accuracy": _number(reading.accuracy),
+        "mean_confidence": _number(reading.mean_confidence),
         "predictions": window_reading.n_predictions,
         "labeled_predictions": window_reading.n_labeled,
         "label_coverage": window_reading.label_coverage,
-        "ece_delta": drift.get("ece_delta"),
-        "refit_temperature": drift.get("refit_temperature"),
-        "confidence_psi": drift.get("confidence_psi"),
-        "expected_accuracy": drift.get("expected_accuracy"),
-        "drift_status": STATUS_CODES[drift["status"]],
-        "status": drift["status"],
-        "reasons": list(drift.get("reasons") or []),
+        "ece_delta": _number(drift.ece_delta),
+        "refit_temperature": None if refit is None else refit.temperature,
+        "confidence_psi": None if shift is None else _number(shift.psi),
+        "expected_accuracy": None if expected is None else expected.value,
+        "drift_status": STATUS_CODES[drift.status],
+        "status": drift.status,
+        "reasons": list(drift.reasons),
         "policy_max_ece": window_reading.contract.policy.max_ece,
     }
 
@@ -378,18 +389,17 @@ def _audit_changes(
             continue
         audit.append_event(
             session,
-            type="drift_status_changed",
+            StatusChanged(
+                cohort=row.cohort,
+                window=row.window,
+                from_status=before.values.get("status"),
+                to=row.values["status"],
+                reasons=row.values["reasons"],
+            ),
             actor=REFRESHER,
             now=now,
             model=row.model,
             contract_id=row.contract_id,
-            details={
-                "cohort": row.cohort,
-                "window": row.window,
-                "from": before.values.get("status"),
-                "to": row.values["status"],
-                "reasons": row.values["reasons"],
-            },
         )
 
 

@@ -14,6 +14,7 @@ from pydantic import WithJsonSchema
 from service.audit import service as audit_service
 from service.audit.chain import Anchor
 from service.audit.replies import AuditEvents, ChainVerification
+from service.audit.store import AuditEvent as StoredEvent
 from service.auth.tokens import Permission
 from service.common.errors import ErrorCollector
 from service.common.values import format_timestamp
@@ -101,38 +102,27 @@ def events() -> Response:
     )
     page = rows[:limit]
     next_cursor = encode_cursor(page[-1].seq) if len(rows) > limit else None
-    records = [
-        {
-            "seq": e.seq,
-            "ts": format_timestamp(e.ts),
-            "type": e.type,
-            "actor": e.actor,
-            "model": e.model,
-            "contract_id": e.contract_id,
-            "details": e.details,
-            "prev_sha256": e.prev_sha256,
-            "sha256": e.sha256,
-        }
-        for e in page
-    ]
     if output == "csv":
         buffer = io.StringIO()
         writer = csv.writer(buffer)
         writer.writerow(_CSV_COLUMNS)
-        for r in records:
-            writer.writerow(
-                [
-                    csv_cell(json.dumps(r[c], sort_keys=True) if c == "details" else r[c])
-                    for c in _CSV_COLUMNS
-                ]
-            )
+        writer.writerows([csv_cell(_csv_value(e, c)) for c in _CSV_COLUMNS] for e in page)
         response = Response(buffer.getvalue(), content_type="text/csv; charset=utf-8")
         response.headers["Content-Disposition"] = 'attachment; filename="calmon-audit.csv"'
         response.headers["X-Content-Type-Options"] = "nosniff"
         if next_cursor:
             response.headers["X-Next-Cursor"] = next_cursor
         return response
-    return reply(AuditEvents, {"events": records, "next_cursor": next_cursor})
+    return reply(AuditEvents, {"events": page, "next_cursor": next_cursor})
+
+
+def _csv_value(event: StoredEvent, column: str) -> Any:
+    """An event's value in a CSV column: the time as RFC 3339, the details as sorted JSON."""
+    if column == "ts":
+        return format_timestamp(event.ts)
+    if column == "details":
+        return json.dumps(event.details, sort_keys=True)
+    return getattr(event, column)
 
 
 class VerifyQuery(Query):
