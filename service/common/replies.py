@@ -59,5 +59,14 @@ OptionalTimestamp = Annotated[
     BeforeValidator(_written),
     documented({"type": ["string", "null"], "format": "date-time"}),
 ]
+
+
+def _listed(value: object) -> object:
+    """A domain object's tuple as the list a reply holds; anything else as is."""
+    return list(value) if isinstance(value, tuple) else value
+
+
+#: Reads a domain object's tuple (an interval, a sequence of names) into a reply's list.
+Listed = BeforeValidator(_listed)
 #: A pair of fractions: a 95% interval's lower and upper bounds.
-Interval = Annotated[list[Fraction], Field(min_length=2, max_length=2)]
+Interval = Annotated[list[Fraction], Listed, Field(min_length=2, max_length=2)]

@@ -169,7 +169,7 @@ def list_contracts() -> Response:
         ContractList,
         {
             "contracts": [c.to_dict() for _, c in page if isinstance(c, StoredContract)],
-            "unreadable": [c.to_dict() for _, c in page if not isinstance(c, StoredContract)],
+            "unreadable": [c for _, c in page if not isinstance(c, StoredContract)],
             "next_cursor": next_cursor,
         },
     )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import io
-from dataclasses import asdict
 from datetime import datetime, timedelta
 
 from flask import Blueprint, Response, current_app
@@ -216,7 +215,7 @@ def calibration(model: str) -> Response:
     slice_, window = query.slice(), query.reading_window(now)
     _consistent(query, model, now)
     found = monitoring.calibration_reading(db_session(), model, window, slice_, now)
-    return reply(Calibration, found.to_dict())
+    return reply(Calibration, found)
 
 
 @bp.get("/models/<model>/cohorts")
@@ -234,7 +233,7 @@ def cohorts(model: str) -> Response:
     """
     NoQuery.parse()
     slices = monitoring.cohort_slices(db_session(), model)
-    return reply(Cohorts, {"model": model, "slices": [asdict(s) for s in slices]})
+    return reply(Cohorts, {"model": model, "slices": slices})
 
 
 #: A history without ``start`` covers this much before its end.
@@ -293,7 +292,7 @@ def history(model: str) -> Response:
     _consistent(query, model, now)
     found = histories.model_history(db_session(), model, slice_, start, end, step, now)
     if query.format == "json":
-        return reply(History, found.to_dict())
+        return reply(History, found)
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(histories.CSV_COLUMNS)

@@ -365,7 +365,7 @@ def model_svg(model: str) -> Response:
     measured = monitoring.calibration_reading(db_session(), model, window, slice_, now)
     return _svg(
         render(
-            measured.to_dict()["bins"],
+            measured.reading.bins,
             title=f"{model}: reliability",
             subtitle=f"{measured.cohort}, {window.name or 'custom window'}, "
             f"n = {measured.n_labeled:,} labeled",
@@ -399,7 +399,7 @@ def contract_svg(contract_id: str) -> Response:
     reading = contract.baseline_reading(split, which)
     return _svg(
         render(
-            reading.to_dict()["bins"],
+            reading.bins,
             title=f"{contract.model} v{contract.version}: {split} set, {which}",
             subtitle=f"n = {reading.n:,}",
         )
