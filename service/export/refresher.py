@@ -32,7 +32,7 @@ are registered at once, the exposition, and with it every model's age, is thus r
 once per interval plus a cycle, and a model left over waits one cycle more. Models without any
 bucket (just registered) are refreshed together, up to ``NO_DATA_RUN`` consecutive ones in one
 read and one write transaction (``refresh_without_data``): their readings are those of no data
-against their current contracts (``service.stream.readings.reading_without_data``).
+against their current contracts (``service.stream.monitoring.reading_without_data``).
 
 Each cycle first joins labels left waiting though their prediction is stored and folds the
 labels queued since the last cycle into their buckets (``service.stream.fold``), so the readings
@@ -93,8 +93,8 @@ from service.stream import bucket_store, fold_store
 from service.stream.bucket_store import EVERY_SLICE
 from service.stream.fold import fold_model
 from service.stream.ingestion import sweep_waiting_labels
+from service.stream.monitoring import WindowReading, calibration_readings, reading_without_data
 from service.stream.prediction_store import models_with_waiting_labels
-from service.stream.readings import WindowReading, calibration_readings, reading_without_data
 from service.stream.retention import expire_pending
 from service.stream.windows import Window
 

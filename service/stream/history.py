@@ -3,7 +3,7 @@
 Steps are multiples of 5 minutes; a step of whole hours reads the hour buckets, any other the
 5-minute ones, and the range is widened to whole steps (the start down, the end up). Each step
 is measured against the newest contract version with data in it, exactly as a window reading
-is (``readings.calibration_reading``), with every number of a step computed in one vectorised
+is (``monitoring.calibration_reading``), with every number of a step computed in one vectorised
 pass per contract version (``service.calibration.series``); no prediction row is read.
 """
 

@@ -31,7 +31,7 @@ from service.gate import service as gate_service
 from service.gate.record import DecisionRecord
 from service.gate.store import GateDecision
 from service.stream import history as histories
-from service.stream import readings as monitoring
+from service.stream import monitoring
 from service.stream.classwise import ClasswiseReading, classwise_reading
 from service.stream.cohorts import ALL
 from service.stream.replies import Calibration

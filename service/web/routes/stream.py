@@ -19,9 +19,8 @@ from service.export.instruments import (
     PREDICTIONS_INGESTED,
     observe_many,
 )
-from service.stream import fold, ingestion
+from service.stream import fold, ingestion, monitoring
 from service.stream import history as histories
-from service.stream import readings as monitoring
 from service.stream.batches import LABELS, PREDICTIONS
 from service.stream.cohorts import ALL, KEY_PATTERN, parse_slice_query
 from service.stream.replies import Calibration, Cohorts, History, LabelsApplied, PredictionsAccepted

@@ -46,7 +46,7 @@ from service.common.errors import (
 )
 from service.contracts import service as contracts_service
 from service.stream import history as histories
-from service.stream import readings as monitoring
+from service.stream import monitoring
 from service.web import ui_models as pages
 from service.web.auth import (
     LEGACY_TOKEN_COOKIE,

@@ -9,7 +9,7 @@ import numpy as np
 
 from service.calibration import IdentityCalibrator, assess_drift, binary_reading
 from service.contracts.model import Contract
-from service.stream.readings import ContractShare, WindowReading
+from service.stream.monitoring import ContractShare, WindowReading
 from service.stream.replies import Calibration
 from service.stream.windows import Window
 from tests.unit.stream.conftest import binary_contract
