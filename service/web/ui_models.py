@@ -37,7 +37,7 @@ from service.stream.cohorts import ALL
 from service.stream.replies import Calibration
 from service.stream.windows import Window, parse_duration
 from service.web.history_svg import render_history
-from service.web.svg import SMALL, render
+from service.web.reliability_svg import SMALL, render
 
 #: The model page's history ranges and the step each is drawn in; ``fit`` spans the slice's data
 #: (at most ``FIT_LONGEST``) in a step chosen for it (``history.fitted_range``).

@@ -61,8 +61,8 @@ from service.web.history_svg import render_history
 from service.web.http_errors import ApiError
 from service.web.operations import SVG, operation
 from service.web.queries import Query, TextParam, choice
+from service.web.reliability_svg import render
 from service.web.routes.stream import HistoryRangeQuery, WindowQuery
-from service.web.svg import render
 
 bp = Blueprint("ui", __name__)
 
