@@ -33,14 +33,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from service.audit.events import AuditResealed, ContractRetired, KeyEnabled
 from service.common.hashing import canonical_json, sha256_of
 from service.common.values import format_timestamp
 
 GENESIS = "0" * 64
-KEY_ENABLED = "audit_key_enabled"
+KEY_ENABLED = KeyEnabled.TYPE
 #: The event ``calmon audit reseal`` writes before it signs a keyed head over the log.
-RESEALED = "audit_resealed"
-RETIRED = "contract_retired"
+RESEALED = AuditResealed.TYPE
+RETIRED = ContractRetired.TYPE
 #: Shortest key accepted: 32 characters (e.g. ``openssl rand -hex 32`` gives 64).
 MIN_KEY_LENGTH = 32
 _KEY_ID_MESSAGE = b"calmon audit key id"
@@ -250,7 +251,7 @@ class ChainVerifier:
 
     def _check(self, event: ChainEvent) -> None:
         if event.type == KEY_ENABLED:
-            key_id = event.details.get("key_id")
+            key_id = KeyEnabled.read(event.details).key_id
             key = self.keyring.get(key_id)
             if key is None:
                 self._failure = _Failure(

@@ -13,11 +13,12 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from service.audit.events import GateDecided, StatusChanged
 from service.audit.store import AuditEvent, list_events
 from service.db.models import AuditEventRecord
 
-DRIFT_STATUS_CHANGED = "drift_status_changed"
-GATE_DECIDED = "gate_decided"
+DRIFT_STATUS_CHANGED = StatusChanged.TYPE
+GATE_DECIDED = GateDecided.TYPE
 
 
 def status_since(

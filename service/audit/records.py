@@ -35,10 +35,11 @@ from service.audit.chain import (
     retirement_document,
     retirement_sha256,
 )
+from service.audit.events import CREATION_EVENTS, ContractCreated, ContractRetired, GateDecided
 from service.common.values import format_timestamp
 
-CONTRACT_CREATED = ("contract_registered", "contract_fitted")
-GATE_DECIDED = "gate_decided"
+CONTRACT_CREATED = tuple(CREATION_EVENTS)
+GATE_DECIDED = GateDecided.TYPE
 #: Problems listed in a report; the rest are counted.
 LISTED_PROBLEMS = 100
 
@@ -109,31 +110,34 @@ def _differences(row: dict[str, Any], recorded: dict[str, Any]) -> dict[str, dic
 
 
 def contract_recorded(event: ChainEvent) -> _Recorded:
-    details = event.details
+    payload = ContractCreated.read(event.details)
     values: dict[str, Any] = {
         "model": event.model,
         "created_at": event.ts,
         "created_by": event.actor,
     }
-    for name in ("version", "content_sha256"):
-        if name in details:
-            values[name] = details[name]
+    for name, value in (("version", payload.version), ("content_sha256", payload.content_sha256)):
+        if value is not None:
+            values[name] = value
     return _Recorded(event.seq, event.type, values)
 
 
-def _decision_recorded(event: ChainEvent) -> _Recorded:
-    details = event.details
+def _decision_recorded(event: ChainEvent, payload: GateDecided) -> _Recorded:
     values: dict[str, Any] = {
         "contract_id": event.contract_id,
         "model": event.model,
         "decided_at": event.ts,
         "decided_by": event.actor,
     }
-    for name in ("decision", "policy_sha256", "evidence_sha256"):
-        if name in details:
-            values[name] = details[name]
-    if isinstance(details.get("failed_checks"), list):
-        values["failed_checks"] = tuple(details["failed_checks"])
+    for name, value in (
+        ("decision", payload.decision),
+        ("policy_sha256", payload.policy_sha256),
+        ("evidence_sha256", payload.evidence_sha256),
+    ):
+        if value is not None:
+            values[name] = value
+    if isinstance(payload.failed_checks, list):
+        values["failed_checks"] = tuple(payload.failed_checks)
     return _Recorded(event.seq, event.type, values)
 
 
@@ -300,9 +304,11 @@ class RecordLedger:
     def feed(self, event: ChainEvent) -> None:
         if event.type in CONTRACT_CREATED and event.contract_id is not None:
             self._record(self._contracts, event.contract_id, contract_recorded(event), "contract")
-        elif event.type == GATE_DECIDED and event.details.get("decision_id") is not None:
-            decision_id = str(event.details["decision_id"])
-            self._record(self._decisions, decision_id, _decision_recorded(event), "decision")
+        elif event.type == GATE_DECIDED:
+            decided = GateDecided.read(event.details)
+            if decided.decision_id is not None:
+                recorded = _decision_recorded(event, decided)
+                self._record(self._decisions, str(decided.decision_id), recorded, "decision")
         elif event.type == RETIRED and event.contract_id is not None:
             document, digest = _expected_retirement(event)
             self._retired.setdefault(event.contract_id, []).append((event.seq, document, digest))
@@ -411,11 +417,9 @@ class RecordLedger:
 
 def _expected_retirement(event: ChainEvent) -> tuple[dict[str, Any], str]:
     """The retirement row an event vouches for, and the hash that row must have."""
-    details = event.details
-    document = details.get("retirement")
+    retired = ContractRetired.read(event.details)
+    document = retired.retirement
     if isinstance(document, dict):
-        return document, str(details.get("retirement_sha256") or retirement_sha256(document))
-    legacy = retirement_document(
-        str(event.contract_id), str(details.get("reason")), event.ts, event.actor
-    )
+        return document, str(retired.retirement_sha256 or retirement_sha256(document))
+    legacy = retirement_document(str(event.contract_id), str(retired.reason), event.ts, event.actor)
     return legacy, retirement_sha256(legacy)

@@ -19,12 +19,12 @@ from service.audit.chain import (
     GENESIS,
     KEY_ENABLED,
     NO_KEYS,
-    RESEALED,
     AuditKey,
     AuditKeyring,
     ChainVerifier,
     event_digest,
 )
+from service.audit.events import CREATION_EVENTS, AuditResealed, EventPayload, KeyEnabled
 from service.audit.head import KeyedHead, head_problem, log_end
 from service.audit.head_store import read_head, write_head
 from service.audit.records import CONTRACT_CREATED
@@ -67,15 +67,15 @@ def keyring_of(session: Session) -> AuditKeyring:
 
 def append_event(
     session: Session,
+    event: EventPayload,
     *,
-    type: str,
     actor: str,
     now: datetime,
     model: str | None = None,
     contract_id: str | None = None,
-    details: dict[str, Any] | None = None,
 ) -> None:
-    """Append one event, chained to the last one (in the caller's transaction).
+    """Append one event of ``event``'s kind with its details, chained to the last one (in the
+    caller's transaction).
 
     Under a signing key the head is not yet under, an ``audit_key_enabled`` event comes first;
     under a signing key the keyed head advances to the new event, if it vouched for the log
@@ -89,12 +89,12 @@ def append_event(
         session,
         prev,
         signing,
-        type=type,
+        type=event.TYPE,
         actor=actor,
         now=now,
         model=model,
         contract_id=contract_id,
-        details=details or {},
+        details=event.details(),
     )
     if signing is not None:
         _advance_head(session, keyring, signing, head, written)
@@ -265,15 +265,15 @@ def reseal(session: Session, *, actor: str, now: datetime, reason: str | None) -
         session,
         prev,
         signing,
-        type=RESEALED,
+        type=AuditResealed.TYPE,
         actor=actor,
         now=now,
-        details={
-            "reason": reason,
-            "problem": problem,
-            "previous_head": None if head is None else head.to_dict(),
-            "log_end": {"events": end.events, "seq": end.last_seq, "sha256": end.last_sha256},
-        },
+        details=AuditResealed(
+            reason=reason,
+            problem=problem,
+            previous_head=None if head is None else head.to_dict(),
+            log_end={"events": end.events, "seq": end.last_seq, "sha256": end.last_sha256},
+        ).details(),
     )
     last = written[-1]
     resealed = KeyedHead.sign(
@@ -318,10 +318,10 @@ def _start_segment(
         session,
         prev,
         key,
-        type=KEY_ENABLED,
+        type=KeyEnabled.TYPE,
         actor=actor,
         now=now,
-        details={"key_id": key.key_id, "previous_key_id": previous_key_id},
+        details=KeyEnabled(key_id=key.key_id, previous_key_id=previous_key_id).details(),
     )
 
 
@@ -426,7 +426,7 @@ def creation_event_type(session: Session, model: str, contract_id: str) -> str |
         .where(
             AuditEventRecord.model == model,
             AuditEventRecord.contract_id == contract_id,
-            AuditEventRecord.type.in_(("contract_fitted", "contract_registered")),
+            AuditEventRecord.type.in_(tuple(CREATION_EVENTS)),
         )
         .order_by(AuditEventRecord.seq)
         .limit(1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from service.audit import store as audit
+from service.audit.events import TokenCreated, TokenRevoked
 from service.auth import session_store, token_store
 from service.auth.token_store import TokenInfo
 from service.auth.tokens import (
@@ -39,13 +40,7 @@ def create_token(session: Session, *, role: Role, name: str, actor: str) -> str:
     token_store.insert_token(
         session, name=name, role=role, digest=token_digest(token), created_by=actor, now=now
     )
-    audit.append_event(
-        session,
-        type="token_created",
-        actor=actor,
-        now=now,
-        details={"name": name, "role": role.value},
-    )
+    audit.append_event(session, TokenCreated(name=name, role=role.value), actor=actor, now=now)
     session.commit()
     return token
 
@@ -60,10 +55,9 @@ def revoke_token(session: Session, *, name: str, actor: str) -> TokenInfo:
     ended = session_store.delete_token_sessions(session, token_id)
     audit.append_event(
         session,
-        type="token_revoked",
+        TokenRevoked(name=name, role=info.role, sessions_ended=ended),
         actor=actor,
         now=now,
-        details={"name": name, "role": info.role, "sessions_ended": ended},
     )
     session.commit()
     return info

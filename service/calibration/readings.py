@@ -69,6 +69,11 @@ class ReliabilityBin:
     ci_lower: float
     ci_upper: float
 
+    @property
+    def ci(self) -> tuple[float, float]:
+        """The 95% Wilson interval of ``accuracy``."""
+        return self.ci_lower, self.ci_upper
+
     def to_dict(self) -> dict[str, Any]:
         """Return ``{"lo", "hi", "n", "mean_confidence", "accuracy", "ci": [lo, hi]}``."""
         return {

@@ -13,18 +13,21 @@ Bounds that are a measure's meaning rather than a guarantee of its arithmetic (a
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 from service.common.declared import TIMESTAMP_SCHEMA
-from service.common.values import MAX_JSON_INTEGER
+from service.common.values import MAX_JSON_INTEGER, format_timestamp
 
 
 class Reply(BaseModel):
-    """A JSON reply, or an object within one: declared keys only, strict types."""
+    """A JSON reply, or an object within one: declared keys only, strict types. A reply reads
+    the domain object it declares by attribute (``Reply.model_validate(result)``), so a result
+    is declared once as a dataclass and once as its reply, with no dictionary in between."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, from_attributes=True)
 
 
 def documented(schema: dict[str, Any]) -> WithJsonSchema:
@@ -40,11 +43,30 @@ Measure = float | None
 Count = Annotated[int, Field(ge=0, le=MAX_JSON_INTEGER)]
 #: A SHA-256 digest in lower-case hex.
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
-#: An RFC 3339 timestamp in UTC, as calmon writes them (``2026-01-01T00:00:00Z``).
-Timestamp = Annotated[str, documented(TIMESTAMP_SCHEMA)]
+
+
+def _written(value: object) -> object:
+    """A domain object's ``datetime`` as calmon writes it (``format_timestamp``); a text as is."""
+    return format_timestamp(value) if isinstance(value, datetime) else value
+
+
+#: An RFC 3339 timestamp in UTC, as calmon writes them (``2026-01-01T00:00:00Z``); a reply
+#: reading a domain object's ``datetime`` writes it so.
+Timestamp = Annotated[str, BeforeValidator(_written), documented(TIMESTAMP_SCHEMA)]
 #: An RFC 3339 timestamp, or null when there is none yet.
 OptionalTimestamp = Annotated[
-    str | None, documented({"type": ["string", "null"], "format": "date-time"})
+    str | None,
+    BeforeValidator(_written),
+    documented({"type": ["string", "null"], "format": "date-time"}),
 ]
+
+
+def _listed(value: object) -> object:
+    """A domain object's tuple as the list a reply holds; anything else as is."""
+    return list(value) if isinstance(value, tuple) else value
+
+
+#: Reads a domain object's tuple (an interval, a sequence of names) into a reply's list.
+Listed = BeforeValidator(_listed)
 #: A pair of fractions: a 95% interval's lower and upper bounds.
-Interval = Annotated[list[Fraction], Field(min_length=2, max_length=2)]
+Interval = Annotated[list[Fraction], Listed, Field(min_length=2, max_length=2)]

@@ -11,9 +11,11 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Annotated, Any, Literal
 
-from pydantic import MISSING, Field, create_model
+from pydantic import MISSING, BeforeValidator, Field, create_model, model_validator
 
 from service.audit.replies import Problem
+from service.calibration.drift import DriftPolicy
+from service.calibration.readings import Reading as CalibrationReading
 from service.calibration.vocabulary import Task
 from service.common.declared import collect
 from service.common.errors import ErrorCollector, ErrorDetail
@@ -31,8 +33,17 @@ from service.contracts.requests import DRIFT_POLICY, REGISTRATION
 
 #: The stored contract's client-supplied parts have the schema of their registration.
 _REGISTERED: dict[str, Any] = REGISTRATION.schema()["properties"]
-#: A drift policy as a contract stores it (every field set).
-DriftPolicyReply = Annotated[dict[str, Any], documented(DRIFT_POLICY.schema())]
+
+
+def _policy_document(value: object) -> object:
+    """A ``DriftPolicy`` as a contract stores it; a stored document as is."""
+    return value.to_dict() if isinstance(value, DriftPolicy) else value
+
+
+#: A drift policy as a contract stores it (every field set); a reply reads a ``DriftPolicy``.
+DriftPolicyReply = Annotated[
+    dict[str, Any], BeforeValidator(_policy_document), documented(DRIFT_POLICY.schema())
+]
 
 
 class Bin(Reply):
@@ -87,6 +98,18 @@ class ReadingMeasures(Reply):
     mean_score: Measure | MISSING = MISSING
     threshold: Measure | MISSING = MISSING
     expected_cost: Measure | MISSING = MISSING
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_reading(cls, data: Any) -> Any:
+        """A calibration ``Reading`` read in its stored form (NaN as None, the keys of its
+        task only); ``bins`` only where the declaration lists them."""
+        if isinstance(data, CalibrationReading):
+            stored = data.to_dict()
+            if "bins" not in cls.model_fields:
+                del stored["bins"]
+            return stored
+        return data
 
 
 class Reading(ReadingMeasures):

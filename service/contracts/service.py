@@ -13,6 +13,12 @@ from sqlalchemy.orm import Session
 from service.audit import request_keys
 from service.audit import store as audit
 from service.audit.chain import retirement_document, retirement_sha256
+from service.audit.events import (
+    CREATION_EVENTS,
+    ContractCreated,
+    ContractFitted,
+    ContractRetired,
+)
 from service.audit.records import contract_problems
 from service.audit.request_keys import RequestKey
 from service.calibration.calibrators import bound_warning
@@ -60,18 +66,18 @@ def register_contract(
         content_sha256=digest,
     )
     insert_contract(session, contract)
+    created = CREATION_EVENTS[event]
     audit.append_event(
         session,
-        type=event,
+        created(
+            version=version,
+            content_sha256=digest,
+            baseline_source="measured" if created is ContractFitted else "supplied",
+        ),
         actor=actor,
         now=now,
         model=spec.model,
         contract_id=contract_id,
-        details={
-            "version": version,
-            "content_sha256": digest,
-            "baseline_source": "measured" if event == "contract_fitted" else "supplied",
-        },
     )
     request_keys.remember(session, request_key, contract_id, now)
     session.commit()
@@ -153,7 +159,7 @@ def verify_contract(session: Session, contract_id: str) -> dict[str, Any]:
         else {
             "seq": events[0].seq,
             "type": events[0].type,
-            "content_sha256": events[0].details.get("content_sha256"),
+            "content_sha256": ContractCreated.read(events[0].details).content_sha256,
         },
         "problems": problems,
     }
@@ -190,17 +196,16 @@ def retire_contract(
     retirement = retirement_document(row.contract_id, row.reason, row.retired_at, row.retired_by)
     audit.append_event(
         session,
-        type="contract_retired",
+        ContractRetired(
+            version=contract.version,
+            reason=reason,
+            retirement=retirement,
+            retirement_sha256=retirement_sha256(retirement),
+        ),
         actor=actor,
         now=now,
         model=contract.model,
         contract_id=contract_id,
-        details={
-            "version": contract.version,
-            "reason": reason,
-            "retirement": retirement,
-            "retirement_sha256": retirement_sha256(retirement),
-        },
     )
     request_keys.remember(session, request_key, contract_id, now)
     session.commit()

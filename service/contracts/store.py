@@ -130,14 +130,6 @@ class UnreadableRow:
     version: int
     problem: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "model": self.model,
-            "version": self.version,
-            "problem": self.problem,
-        }
-
 
 #: The columns a reply carries as stored besides the spec's (the hash is not recomputed here).
 _SERVER_COLUMNS = ("id", "version", "created_by", "content_sha256")

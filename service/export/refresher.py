@@ -32,7 +32,7 @@ are registered at once, the exposition, and with it every model's age, is thus r
 once per interval plus a cycle, and a model left over waits one cycle more. Models without any
 bucket (just registered) are refreshed together, up to ``NO_DATA_RUN`` consecutive ones in one
 read and one write transaction (``refresh_without_data``): their readings are those of no data
-against their current contracts (``service.stream.readings.reading_without_data``).
+against their current contracts (``service.stream.monitoring.reading_without_data``).
 
 Each cycle first joins labels left waiting though their prediction is stored and folds the
 labels queued since the last cycle into their buckets (``service.stream.fold``), so the readings
@@ -51,6 +51,7 @@ are refreshed as usual. Maintenance steps are isolated the same way.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import threading
@@ -64,6 +65,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from service.audit import store as audit
+from service.audit.events import StatusChanged
 from service.calibration.vocabulary import Status, severity_of, worst_status
 from service.common.clock import utcnow
 from service.config import Settings
@@ -91,8 +93,8 @@ from service.stream import bucket_store, fold_store
 from service.stream.bucket_store import EVERY_SLICE
 from service.stream.fold import fold_model
 from service.stream.ingestion import sweep_waiting_labels
+from service.stream.monitoring import WindowReading, calibration_readings, reading_without_data
 from service.stream.prediction_store import models_with_waiting_labels
-from service.stream.readings import WindowReading, calibration_readings, reading_without_data
 from service.stream.retention import expire_pending
 from service.stream.windows import Window
 
@@ -132,30 +134,39 @@ class LeaseLost(RuntimeError):
     """Another refresher holds the lease now: this one stops its cycle."""
 
 
+def _number(value: float | None) -> float | None:
+    """A measure as stored: a Python float, None for no value (None or NaN)."""
+    return None if value is None or math.isnan(value) else float(value)
+
+
 def gauge_values(window_reading: WindowReading) -> dict[str, Any]:
     """The numbers the Prometheus gauges show, from a window reading (None: no value), with the
     drift status, its reasons and the contract policy's ``max_ece``: what is stored per reading."""
-    metrics, drift = window_reading.reading.to_dict(), window_reading.drift.to_dict()
-    ci = metrics.get("ece_ci") or [None, None]
+    reading, drift = window_reading.reading, window_reading.drift
+    refit, shift, expected = (
+        drift.refit_temperature,
+        drift.confidence_shift,
+        drift.expected_accuracy,
+    )
     return {
-        "ece": metrics.get("ece"),
-        "ece_debiased": metrics.get("ece_debiased"),
-        "ece_ci_lower": ci[0],
-        "ece_ci_upper": ci[1],
-        "nll": metrics.get("nll"),
-        "brier": metrics.get("brier"),
-        "accuracy": metrics.get("accuracy"),
-        "mean_confidence": metrics.get("mean_confidence"),
+        "ece": _number(reading.ece),
+        "ece_debiased": _number(reading.ece_debiased),
+        "ece_ci_lower": _number(reading.ece_ci[0]),
+        "ece_ci_upper": _number(reading.ece_ci[1]),
+        "nll": _number(reading.nll),
+        "brier": _number(reading.brier),
+        "accuracy": _number(reading.accuracy),
+        "mean_confidence": _number(reading.mean_confidence),
         "predictions": window_reading.n_predictions,
         "labeled_predictions": window_reading.n_labeled,
         "label_coverage": window_reading.label_coverage,
-        "ece_delta": drift.get("ece_delta"),
-        "refit_temperature": drift.get("refit_temperature"),
-        "confidence_psi": drift.get("confidence_psi"),
-        "expected_accuracy": drift.get("expected_accuracy"),
-        "drift_status": Status(drift["status"]).gauge_value,
-        "status": drift["status"],
-        "reasons": list(drift.get("reasons") or []),
+        "ece_delta": _number(drift.ece_delta),
+        "refit_temperature": None if refit is None else refit.temperature,
+        "confidence_psi": None if shift is None else _number(shift.psi),
+        "expected_accuracy": None if expected is None else expected.value,
+        "drift_status": Status(drift.status).gauge_value,
+        "status": drift.status,
+        "reasons": list(drift.reasons),
         "policy_max_ece": window_reading.contract.policy.max_ece,
     }
 
@@ -373,18 +384,17 @@ def _audit_changes(
             continue
         audit.append_event(
             session,
-            type="drift_status_changed",
+            StatusChanged(
+                cohort=row.cohort,
+                window=row.window,
+                from_status=before.values.get("status"),
+                to=row.values["status"],
+                reasons=row.values["reasons"],
+            ),
             actor=REFRESHER,
             now=now,
             model=row.model,
             contract_id=row.contract_id,
-            details={
-                "cohort": row.cohort,
-                "window": row.window,
-                "from": before.values.get("status"),
-                "to": row.values["status"],
-                "reasons": row.values["reasons"],
-            },
         )
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from service.audit.events import GateDecided
 from service.audit.lookups import decision_event
 from service.audit.store import AuditEvent
 from service.common.errors import NotFound
@@ -46,12 +47,12 @@ class DecisionRecord:
         """The event names this decision, its outcome and both of its digests."""
         if self.event is None:
             return False
-        details, d = self.event.details, self.decision
+        recorded, d = GateDecided.read(self.event.details), self.decision
         return (
-            details.get("decision_id") == d.id
-            and details.get("decision") == d.decision
-            and details.get("policy_sha256") == d.policy_sha256
-            and details.get("evidence_sha256") == d.evidence_sha256
+            recorded.decision_id == d.id
+            and recorded.decision == d.decision
+            and recorded.policy_sha256 == d.policy_sha256
+            and recorded.evidence_sha256 == d.evidence_sha256
         )
 
 

@@ -8,6 +8,7 @@ from sqlalchemy.orm import Session
 
 from service.audit import request_keys
 from service.audit import store as audit
+from service.audit.events import GateDecided
 from service.audit.request_keys import RequestKey
 from service.common.clock import utcnow
 from service.contracts.service import baseline_source, find_contract
@@ -54,18 +55,17 @@ def decide_gate(
     gates_store.insert_decision(session, decision)
     audit.append_event(
         session,
-        type="gate_decided",
+        GateDecided(
+            decision_id=decision.id,
+            decision=decision.decision,
+            failed_checks=[c.name for c in outcome.checks if not c.passed],
+            evidence_sha256=decision.evidence_sha256,
+            policy_sha256=decision.policy_sha256,
+        ),
         actor=actor,
         now=now,
         model=contract.model,
         contract_id=contract.id,
-        details={
-            "decision_id": decision.id,
-            "decision": decision.decision,
-            "failed_checks": [c.name for c in outcome.checks if not c.passed],
-            "evidence_sha256": decision.evidence_sha256,
-            "policy_sha256": decision.policy_sha256,
-        },
     )
     request_keys.remember(session, request_key, decision.id, now)
     session.commit()

@@ -1,7 +1,7 @@
 """Class-wise reliability of a window: the (K, M) tables the bucket statistics keep, per class
 (for multiclass contracts of at most ``packing.CLASSWISE_MAX_CELLS`` classes times bins).
 
-Read-only, from the same buckets as ``readings.calibration_reading``; the caller names the
+Read-only, from the same buckets as ``monitoring.calibration_reading``; the caller names the
 contract version whose buckets are summed (a window reading's ``contract``, the newest version
 with data in the window), so both agree on which predictions they measure.
 """

@@ -21,7 +21,6 @@ import pyarrow as pa
 from sqlalchemy import CursorResult, delete, func, insert, literal, select, union_all
 from sqlalchemy.orm import Session
 
-from service.common.values import format_timestamp
 from service.db.backend import backend_of
 from service.db.models import LabelFoldMark, UnfoldedLabelBatch, table_of
 from service.db.types import UTCDateTime
@@ -91,16 +90,6 @@ class FoldStatus:
 
 #: The status of a model whose labels were never queued.
 NO_FOLD = FoldStatus(0, None, None)
-
-
-def fold_fields(status: FoldStatus) -> dict[str, Any]:
-    """What a reading or history point states of the fold: ``labels_unfolded`` and
-    ``last_fold_at`` (RFC 3339, or None before the first fold)."""
-    last = status.last_fold_at
-    return {
-        "labels_unfolded": status.unfolded,
-        "last_fold_at": None if last is None else format_timestamp(last),
-    }
 
 
 def enqueue(session: Session, model: str, queued: LabeledRows, now: datetime) -> None:

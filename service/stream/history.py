@@ -3,7 +3,7 @@
 Steps are multiples of 5 minutes; a step of whole hours reads the hour buckets, any other the
 5-minute ones, and the range is widened to whole steps (the start down, the end up). Each step
 is measured against the newest contract version with data in it, exactly as a window reading
-is (``readings.calibration_reading``), with every number of a step computed in one vectorised
+is (``monitoring.calibration_reading``), with every number of a step computed in one vectorised
 pass per contract version (``service.calibration.series``); no prediction row is read.
 """
 
@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
 from sqlalchemy.orm import Session
 
+from service.calibration import Reading
+from service.calibration.drift import DriftPolicy
 from service.calibration.packing import without_classwise
 from service.calibration.series import series_readings
 from service.calibration.vocabulary import Status
@@ -28,7 +30,7 @@ from service.contracts.model import Contract
 from service.contracts.service import current_contract
 from service.stream import bucket_store, fold_store
 from service.stream.bucketing import layout_of
-from service.stream.fold_store import NO_FOLD, FoldStatus, fold_fields
+from service.stream.fold_store import NO_FOLD, FoldStatus
 from service.stream.windows import FINE, HOUR, MAX_WINDOW, RESOLUTION_FINE, RESOLUTION_HOUR
 
 #: At most this many steps per history (30 days at 1 h are 720; 7 days at 5 min 2,016).
@@ -38,7 +40,8 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 @dataclass(frozen=True)
 class HistoryPoint:
-    """The reading of one step ``[start, start + step)``; metrics None without labels."""
+    """The reading of one step ``[start, start + step)``; metrics None without labels.
+    ``fold`` is what the history leaves out (the same for each of its points)."""
 
     start: datetime
     contract_version: int | None
@@ -55,33 +58,49 @@ class HistoryPoint:
     confidence_psi: float | None
     confidence_psi_no_shift: float | None
     status: str
+    fold: FoldStatus = NO_FOLD
 
     @property
     def label_coverage(self) -> float | None:
         """Share of the step's predictions labeled (None without predictions)."""
         return self.n_labeled / self.n_predictions if self.n_predictions else None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "start": format_timestamp(self.start),
-            "contract_version": self.contract_version,
-            "n_predictions": self.n_predictions,
-            "n_labeled": self.n_labeled,
-            "label_coverage": self.label_coverage,
-            "ece": self.ece,
-            "ece_debiased": self.ece_debiased,
-            "ece_ci": None if self.ece_ci is None else list(self.ece_ci),
-            "nll": self.nll,
-            "brier": self.brier,
-            "accuracy": self.accuracy,
-            "refit_temperature": self.refit_temperature,
-            "refit_temperature_ci": None
-            if self.refit_temperature_ci is None
-            else list(self.refit_temperature_ci),
-            "confidence_psi": self.confidence_psi,
-            "confidence_psi_no_shift": self.confidence_psi_no_shift,
-            "status": self.status,
-        }
+    @property
+    def labels_unfolded(self) -> int:
+        """The model's labels acknowledged but not yet folded into the buckets."""
+        return self.fold.unfolded
+
+    @property
+    def last_fold_at(self) -> datetime | None:
+        """When the fold last counted labels of the model (None: never)."""
+        return self.fold.last_fold_at
+
+    def csv_row(self) -> list[Any]:
+        """The point in ``CSV_COLUMNS`` order (empty cells for missing values)."""
+        ci = self.ece_ci or (None, None)
+        refit_ci = self.refit_temperature_ci or (None, None)
+        last_fold = self.last_fold_at
+        values = (
+            format_timestamp(self.start),
+            self.contract_version,
+            self.n_predictions,
+            self.n_labeled,
+            self.label_coverage,
+            self.ece,
+            self.ece_debiased,
+            *ci,
+            self.nll,
+            self.brier,
+            self.accuracy,
+            self.refit_temperature,
+            *refit_ci,
+            self.confidence_psi,
+            self.confidence_psi_no_shift,
+            self.status,
+            self.labels_unfolded,
+            None if last_fold is None else format_timestamp(last_fold),
+        )
+        return ["" if v is None else v for v in values]
 
 
 #: The CSV columns, in order: a point's fields with the intervals split in two.
@@ -128,38 +147,23 @@ class History:
     points: tuple[HistoryPoint, ...]
     fold: FoldStatus = NO_FOLD
 
-    def _points(self) -> list[dict[str, Any]]:
-        """Each point's fields with what it leaves out (``fold``)."""
-        fold = fold_fields(self.fold)
-        return [point.to_dict() | fold for point in self.points]
+    @property
+    def step_seconds(self) -> int:
+        return int(self.step.total_seconds())
 
-    def to_dict(self) -> dict[str, Any]:
-        baseline = self.contract.baseline_reading()
-        return {
-            "model": self.model,
-            "cohort": self.cohort,
-            "start": format_timestamp(self.start),
-            "end": format_timestamp(self.end),
-            "step_seconds": int(self.step.total_seconds()),
-            "contract": {"id": self.contract.id, "version": self.contract.version},
-            "policy": self.contract.policy.to_dict(),
-            "baseline": {"ece": baseline.ece, "ece_debiased": baseline.ece_debiased},
-            "points": self._points(),
-        }
+    @property
+    def policy(self) -> DriftPolicy:
+        """The current contract's policy (a chart's threshold lines)."""
+        return self.contract.policy
+
+    @property
+    def baseline(self) -> Reading:
+        """The current contract's held-out reading (a chart's baseline line)."""
+        return self.contract.baseline_reading()
 
     def csv_rows(self) -> list[list[Any]]:
         """One row per point in ``CSV_COLUMNS`` order (empty cells for missing values)."""
-        rows = []
-        for d in self._points():
-            ci = d.pop("ece_ci") or [None, None]
-            refit_ci = d.pop("refit_temperature_ci") or [None, None]
-            d |= {"ece_ci_lower": ci[0], "ece_ci_upper": ci[1]}
-            d |= {
-                "refit_temperature_ci_lower": refit_ci[0],
-                "refit_temperature_ci_upper": refit_ci[1],
-            }
-            rows.append(["" if d[c] is None else d[c] for c in CSV_COLUMNS])
-        return rows
+        return [point.csv_row() for point in self.points]
 
 
 def steps_of(start: datetime, end: datetime, step: timedelta) -> tuple[datetime, datetime, str]:
@@ -246,6 +250,7 @@ def model_history(
         groups = [by_step[i][contract_id] for i in indices]
         points.update(zip(indices, _points(contract, first, step, indices, groups), strict=True))
     empty = [_empty_point(first + i * step) for i in range(n_steps) if i not in points]
+    fold = fold_store.fold_status(session, model)
     ordered = sorted([*points.values(), *empty], key=lambda p: p.start)
     return History(
         model=model,
@@ -254,8 +259,8 @@ def model_history(
         end=last,
         step=step,
         contract=current,
-        points=tuple(ordered),
-        fold=fold_store.fold_status(session, model),
+        points=tuple(replace(point, fold=fold) for point in ordered),
+        fold=fold,
     )
 
 

@@ -10,7 +10,6 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 import numpy as np
 from sqlalchemy.orm import Session
@@ -55,35 +54,45 @@ from service.stream.sql.columns import LabeledRows, PredictionColumns
 
 @dataclass(frozen=True)
 class PredictionsAccepted:
-    """``discarded_pending``: waiting labels of these predictions that named a class their
-    contract does not have (deleted, not counted)."""
+    """A prediction batch stored (``service.stream.replies.PredictionsAccepted`` reads it):
+    ``discarded_pending_labels`` are waiting labels of these predictions that named a class
+    their contract does not have (deleted, not counted)."""
 
     model: str
     accepted: int
     duplicates: int
     contract_id: str
-    joined_pending: int
-    discarded_pending: int = 0
+    joined_pending_labels: int
+    discarded_pending_labels: int = 0
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "accepted": self.accepted,
-            "duplicates": self.duplicates,
-            "contract_id": self.contract_id,
-            "joined_pending_labels": self.joined_pending,
-            "discarded_pending_labels": self.discarded_pending,
-        }
+
+@dataclass(frozen=True)
+class LabelConflict:
+    """A label that differs from the one stored for its id (not applied)."""
+
+    id: str
+    label: int | str
+    stored_label: int | str
+    reason: str
 
 
 @dataclass
 class LabelsApplied:
+    """A label batch applied (``service.stream.replies.LabelsApplied`` reads it);
+    ``delays_seconds`` feeds the label-delay histogram only."""
+
     model: str
     joined: int = 0
     pending: int = 0
     duplicates: int = 0
-    conflicts: list[dict[str, Any]] = field(default_factory=list)
+    conflicts: list[LabelConflict] = field(default_factory=list)
     delays_seconds: list[float] = field(default_factory=list)
-    rejected_pending: list[str] = field(default_factory=list)
+    rejected_pending_ids: list[str] = field(default_factory=list)
+
+    @property
+    def rejected_pending(self) -> int:
+        """How many waiting labels the per-model cap refused."""
+        return len(self.rejected_pending_ids)
 
     def compare(
         self,
@@ -98,24 +107,7 @@ class LabelsApplied:
         if same_label(label, earlier, classes):
             self.duplicates += 1
         else:
-            self.conflicts.append(
-                {
-                    "id": ident,
-                    "label": label.as_sent(),
-                    "stored_label": earlier.as_sent(),
-                    "reason": reason,
-                }
-            )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "joined": self.joined,
-            "pending": self.pending,
-            "duplicates": self.duplicates,
-            "conflicts": self.conflicts,
-            "rejected_pending": len(self.rejected_pending),
-            "rejected_pending_ids": self.rejected_pending,
-        }
+            self.conflicts.append(LabelConflict(ident, label.as_sent(), earlier.as_sent(), reason))
 
 
 def _model_or_404(session: Session, model: str) -> None:
@@ -281,8 +273,8 @@ def _store_predictions(
         accepted=len(inserted),
         duplicates=repeats + len(keep) - len(inserted),
         contract_id=contract.id,
-        joined_pending=len(waiting),
-        discarded_pending=discarded,
+        joined_pending_labels=len(waiting),
+        discarded_pending_labels=discarded,
     )
 
 
@@ -350,8 +342,8 @@ def _store_labels(
         versions = {v.id: v for v in contracts_store.model_classes(session, model)}
     item_of = dict(zip(batch.ids, batch.items, strict=True))
     _judge_joined(session, model, joined, versions, item_of)
-    result.rejected_pending = _cap_waiting(session, model, waiting, settings)
-    result.pending = len(waiting) - len(result.rejected_pending)
+    result.rejected_pending_ids = _cap_waiting(session, model, waiting, settings)
+    result.pending = len(waiting) - result.rejected_pending
     _compare_repeats(session, result, batch, joined, stored, versions)
     result.joined = len(joined.ids)
     result.delays_seconds = joined.label_delays().astype(float).tolist()
@@ -373,7 +365,7 @@ def _count_outcomes(result: LabelsApplied) -> None:
             LABELS_INGESTED.labels(result.model, outcome).inc(count)
     observe_many(LABEL_DELAY.labels(result.model), result.delays_seconds)
     if result.rejected_pending:
-        PENDING_LABELS_REJECTED.labels(result.model).inc(len(result.rejected_pending))
+        PENDING_LABELS_REJECTED.labels(result.model).inc(result.rejected_pending)
 
 
 def _judge_joined(

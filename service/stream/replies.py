@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
+from service.calibration.drift import Drift as CalibrationDrift
 from service.calibration.vocabulary import Status
 from service.common.replies import (
     Count,
+    Listed,
     Measure,
     OptionalTimestamp,
     Reply,
@@ -122,6 +124,12 @@ class Drift(Reply):
     reasons: list[str]
     detectors: Detectors
 
+    @model_validator(mode="before")
+    @classmethod
+    def _from_drift(cls, data: Any) -> Any:
+        """A calibration ``Drift`` read in its JSON form (NaN as None)."""
+        return data.to_dict() if isinstance(data, CalibrationDrift) else data
+
 
 class Calibration(Reply):
     """The reading of a window and cohort slice, with bins, the baseline and drift; what it
@@ -136,7 +144,7 @@ class Calibration(Reply):
     n_labeled: Count
     label_coverage: Measure
     metrics: ReadingMeasures
-    bins: list[Bin]
+    bins: Annotated[list[Bin], Listed]
     baseline: Reading
     policy: DriftPolicyReply
     drift: Drift
@@ -144,7 +152,7 @@ class Calibration(Reply):
         description="binary: the score above which the cost-minimising decision is positive,"
         " c_fp / (c_fp + c_fn); null for multiclass"
     )
-    notes: list[str]
+    notes: Annotated[list[str], Listed]
     labels_unfolded: Count
     last_fold_at: OptionalTimestamp
 
@@ -189,12 +197,12 @@ class HistoryPoint(Reply):
     label_coverage: Measure
     ece: Measure
     ece_debiased: Measure
-    ece_ci: list[float] | None
+    ece_ci: Annotated[list[float] | None, Listed]
     nll: Measure
     brier: Measure
     accuracy: Measure
     refit_temperature: Measure
-    refit_temperature_ci: list[float] | None
+    refit_temperature_ci: Annotated[list[float] | None, Listed]
     confidence_psi: Measure
     confidence_psi_no_shift: Measure
     status: StatusText
@@ -213,4 +221,4 @@ class History(Reply):
     contract: HistoryContract
     policy: DriftPolicyReply
     baseline: BaselineEce
-    points: list[HistoryPoint]
+    points: Annotated[list[HistoryPoint], Listed]

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from sqlalchemy.orm import Session
 
 from service.audit import store as audit
+from service.audit.events import PredictionsPruned
 from service.common.errors import ErrorDetail, ValidationFailed
 from service.config import Settings
 from service.contracts import store as contracts_store
@@ -86,15 +87,14 @@ def prune(
     }
     audit.append_event(
         session,
-        type="predictions_pruned",
+        PredictionsPruned(
+            cutoff=cutoff.isoformat(),
+            predictions=counts.predictions,
+            labels=counts.labels,
+            pending_labels_expired=sum(expired.values()),
+        ),
         actor=actor,
         now=now,
-        details={
-            "cutoff": cutoff.isoformat(),
-            "predictions": counts.predictions,
-            "labels": counts.labels,
-            "pending_labels_expired": sum(expired.values()),
-        },
     )
     session.commit()
     for model, n in expired.items():

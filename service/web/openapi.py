@@ -2,8 +2,9 @@
 
 The document is generated: paths from the application's routes and the ``Operation`` declared
 beside each (``service.web.operations``), reply and query schemas from their pydantic
-declarations, request body schemas from the body declarations, roles from the permission each
-route enforces. Every operation lists each status and content type it can answer with.
+declarations, request body schemas from the body declarations the operations name, roles from
+the permission each route enforces. Every operation lists each status and content type it can
+answer with.
 """
 
 from __future__ import annotations
@@ -16,16 +17,11 @@ from pydantic.json_schema import models_json_schema
 from werkzeug.routing import Rule
 
 from service.auth.tokens import GRANTS, Permission
-from service.contracts.requests import FIT, REGISTRATION, RETIREMENT
-from service.gate.requests import GATE_REQUEST
-from service.stream.batch_bodies import LABELS, PREDICTIONS
+from service.common.declared import Declared
 from service.web.auth import requires
 from service.web.operations import ARROW_STREAM, JSON, Operation, operation, operation_of
 from service.web.replies import Error
 from service.web.route_names import route_template, rule_converters
-
-#: Every request body, each declared once beside the code that validates it.
-REQUEST_BODIES = (REGISTRATION, FIT, RETIREMENT, PREDICTIONS, LABELS, GATE_REQUEST)
 
 bp = Blueprint("openapi", __name__, url_prefix="/v1")
 
@@ -123,7 +119,7 @@ def _operation(
         if path_schemas:
             responses.update(_errors(404))
     if op.body is not None:
-        content = {JSON: {"schema": _ref(op.body)}}
+        content = {JSON: {"schema": _ref(op.body.name)}}
         if ARROW_STREAM in op.body_media:
             content[ARROW_STREAM] = {"schema": _ARROW_BODY}
         out["requestBody"] = {"required": True, "content": content}
@@ -159,13 +155,13 @@ def _documented_routes(
     return found
 
 
-def _schemas(replies: set[type[BaseModel]]) -> dict[str, Any]:
+def _schemas(replies: set[type[BaseModel]], bodies: dict[str, Declared[Any]]) -> dict[str, Any]:
     declared = sorted(replies, key=lambda model: model.__name__)
     _, top = models_json_schema(
         [(model, "serialization") for model in declared], ref_template=REF_TEMPLATE
     )
     schemas: dict[str, Any] = dict(top.get("$defs", {}))
-    schemas.update({body.name: body.schema() for body in REQUEST_BODIES})
+    schemas.update({name: body.schema() for name, body in bodies.items()})
     return dict(sorted(schemas.items()))
 
 
@@ -173,12 +169,15 @@ def document(app: Flask) -> dict[str, Any]:
     """The whole OpenAPI document of ``app``'s declared routes."""
     paths: dict[str, dict[str, Any]] = {}
     replies: set[type[BaseModel]] = {Error}
+    bodies: dict[str, Declared[Any]] = {}
     routes = sorted(_documented_routes(app), key=lambda r: (r[0], r[1]))
     for template, method, op, view, schemas in routes:
         permission = getattr(view, "required_permission", None)
         paths.setdefault(template, {})[method] = _operation(op, schemas, permission)
         if op.reply is not None:
             replies.add(op.reply)
+        if op.body is not None:
+            bodies[op.body.name] = op.body
     return {
         "openapi": "3.1.0",
         "info": {
@@ -190,7 +189,7 @@ def document(app: Flask) -> dict[str, Any]:
         "security": [{"bearer": []}],
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-            "schemas": _schemas(replies),
+            "schemas": _schemas(replies, bodies),
         },
         "paths": paths,
     }
@@ -200,12 +199,14 @@ def document(app: Flask) -> dict[str, Any]:
 @requires(Permission.READ)
 @operation(
     operation_id="openapi",
-    summary="This document",
     media={JSON: {"type": "object"}},
     reply_description="OpenAPI 3.1",
 )
 def openapi() -> Response:
-    """The OpenAPI description of this API (built once per application)."""
+    """This document.
+
+    The OpenAPI description of this API (built once per application).
+    """
     app = current_app
     if "calmon.openapi" not in app.extensions:
         app.extensions["calmon.openapi"] = document(app)

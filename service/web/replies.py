@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated
 
 from flask import Response
 from pydantic import MISSING, Field
@@ -46,11 +46,12 @@ class Status(Reply):
 
 def reply(
     declared: type[Reply],
-    data: Mapping[str, Any],
+    data: object,
     status: int = 200,
     headers: Mapping[str, str] | None = None,
 ) -> Response:
-    """``data`` checked against its declaration and sent as JSON: a key the declaration does
-    not list, or a value of another type, raises ``pydantic.ValidationError``."""
+    """``data`` (a domain object the declaration reads by attribute, or a mapping) checked
+    against its declaration and sent as JSON: a key of a mapping the declaration does not list,
+    or a value of another type, raises ``pydantic.ValidationError``."""
     body = declared.model_validate(data).model_dump_json(exclude_unset=True)
     return Response(body, status=status, headers=headers, mimetype="application/json")

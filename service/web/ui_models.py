@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from service.audit import service as audit_service
 from service.audit.store import AuditEvent
 from service.calibration import bins_inference
+from service.calibration.readings import ReliabilityBin
 from service.common.errors import ErrorDetail, ValidationFailed
 from service.common.values import format_timestamp
 from service.contracts import service as contracts_service
@@ -30,12 +31,13 @@ from service.gate import service as gate_service
 from service.gate.record import DecisionRecord
 from service.gate.store import GateDecision
 from service.stream import history as histories
-from service.stream import readings as monitoring
+from service.stream import monitoring
 from service.stream.classwise import ClasswiseReading, classwise_reading
 from service.stream.cohorts import ALL
+from service.stream.replies import Calibration
 from service.stream.windows import Window, parse_duration
 from service.web.history_svg import render_history
-from service.web.svg import SMALL, render
+from service.web.reliability_svg import SMALL, render
 
 #: The model page's history ranges and the step each is drawn in; ``fit`` spans the slice's data
 #: (at most ``FIT_LONGEST``) in a step chosen for it (``history.fitted_range``).
@@ -143,11 +145,10 @@ def classwise_section(found: ClasswiseReading | None, window: str) -> ClasswiseS
     for i, curve in enumerate(ranked):
         r = curve.reliability
         ece = None if math.isnan(r.ece) else r.ece
-        bins = [b.to_dict() for b in r.bins]
         svg = None
         if i < MAX_CLASS_DIAGRAMS:
             svg = render(
-                bins,
+                r.bins,
                 title=f"class {curve.name}",
                 subtitle=f"true in {r.support:,} of {r.n:,} · ECE "
                 + ("n/a" if ece is None else f"{ece:.4f}"),
@@ -155,7 +156,7 @@ def classwise_section(found: ClasswiseReading | None, window: str) -> ClasswiseS
                 x_label=f"predicted P({curve.name})",
                 frame=SMALL,
             )
-        out.append(ClassDiagram(curve.name, r.support, ece, len(bins), svg))
+        out.append(ClassDiagram(curve.name, r.support, ece, len(r.bins), svg))
     return ClasswiseSection(found.n, window, found.cohort, tuple(out))
 
 
@@ -207,7 +208,7 @@ def model_page(
         for s in monitoring.cohort_slices(session, model)
     ]
     window_name = window.name or "24h"
-    reading = measured.to_dict()
+    reading = Calibration.model_validate(measured).model_dump(mode="json", exclude_unset=True)
     subtitle = f"{measured.cohort}, {window_name}, n = {measured.n_labeled:,} labeled"
     step = HISTORY_RANGES[range_name]
     if step is None:
@@ -229,11 +230,11 @@ def model_page(
         cohort_options=[{"name": c["cohort"], "query": c["query"]} for c in cohorts]
         or [{"name": ALL, "query": "all"}],
         cohorts=cohorts,
-        now_svg=render(reading["bins"], title="Reliability now", subtitle=subtitle),
+        now_svg=render(measured.reading.bins, title="Reliability now", subtitle=subtitle),
         baseline_svg=render(
-            reading["baseline"]["bins"],
+            measured.baseline.bins,
             title="Reliability at fit time",
-            subtitle=f"held-out set, n = {reading['baseline']['n']:,}",
+            subtitle=f"held-out set, n = {measured.baseline.n:,}",
         ),
         history_range=range_name,
         history_ranges=list(HISTORY_RANGES),
@@ -283,7 +284,7 @@ def contract_page(
             evidence = bins_inference(reading.bins)
             diagrams.append(
                 render(
-                    reading.to_dict()["bins"],
+                    reading.bins,
                     title=f"{split} set, {which}",
                     subtitle=f"n = {reading.n:,}, ECE debiased {evidence.debiased:.4f} "
                     f"[{evidence.lower:.4f}, {evidence.upper:.4f}], plug-in {reading.ece:.4f}",
@@ -328,10 +329,28 @@ def gate_page(session: Session, decision_id: str) -> GatePage:
         record=record,
         contract=contracts_service.find_contract(session, decision.contract_id),
         evidence_svg=render(
-            evidence.get("reliability") or [], title="Evidence: reliability", subtitle=subtitle
+            _evidence_bins(evidence.get("reliability") or []),
+            title="Evidence: reliability",
+            subtitle=subtitle,
         ),
         policy_items=sorted(decision.policy.items()),
     )
+
+
+def _evidence_bins(stored: list[dict[str, Any]]) -> list[ReliabilityBin]:
+    """A stored gate evidence's ``reliability`` (bins as the evidence document writes them)."""
+    return [
+        ReliabilityBin(
+            lo=b["lo"],
+            hi=b["hi"],
+            n=b["n"],
+            mean_confidence=b["mean_confidence"],
+            accuracy=b["accuracy"],
+            ci_lower=b["ci"][0],
+            ci_upper=b["ci"][1],
+        )
+        for b in stored
+    ]
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from sqlalchemy import text
 from service import create_app
 from service.audit import store as audit
 from service.audit.chain import KEY_ENABLED, AuditKey, event_digest
+from service.audit.events import ContractRetired
 from service.audit.store import seal
 from service.auth.service import create_token
 from service.auth.tokens import Role
@@ -326,12 +327,11 @@ def test_retirements_audited_before_the_fields_are_checked_by_time_actor_and_rea
         insert_retirement(session, contract["id"], reason="old", retired_by="ops", now=now)
         audit.append_event(
             session,
-            type="contract_retired",
+            ContractRetired(version=1, reason="old"),
             actor="ops",
             now=now,
             model="glyphs",
             contract_id=contract["id"],
-            details={"version": 1, "reason": "old"},
         )
         session.commit()
     assert verify(client, ADMIN)["valid"]

@@ -22,7 +22,7 @@ from service.export import refresher as refresher_module
 from service.export.plan import ModelWork
 from service.export.reading_store import all_readings
 from service.export.refresher import Refresher, gauge_values, refresh_all
-from service.stream.readings import calibration_reading
+from service.stream.monitoring import calibration_reading
 from service.stream.windows import Window
 from tests.integration.conftest import Auth
 from tests.integration.factories import binary_fit_body

@@ -14,6 +14,7 @@ from pydantic import WithJsonSchema
 from service.audit import service as audit_service
 from service.audit.chain import Anchor
 from service.audit.replies import AuditEvents, ChainVerification
+from service.audit.store import AuditEvent as StoredEvent
 from service.auth.tokens import Permission
 from service.common.errors import ErrorCollector
 from service.common.values import format_timestamp
@@ -76,14 +77,15 @@ class AuditEventsQuery(Query):
 @requires(Permission.READ)
 @operation(
     operation_id="auditEvents",
-    summary="The audit log, as JSON or (format=csv) as CSV with the next cursor in X-Next-Cursor",
     reply=AuditEvents,
     reply_description="a page",
     media={CSV: {"type": "string"}},
     query=AuditEventsQuery,
 )
 def events() -> Response:
-    """Audit events oldest first, filtered by model, type and time; paginated; JSON or CSV.
+    """The audit log, as JSON or (format=csv) as CSV with the next cursor in X-Next-Cursor.
+
+    Audit events oldest first, filtered by model, type and time; paginated; JSON or CSV.
 
     In CSV, text cells a spreadsheet could read as formulas are prefixed with ``'``.
     """
@@ -103,38 +105,27 @@ def events() -> Response:
         seq=lambda event: event.seq,
     )
     next_cursor = page.next_cursor
-    records = [
-        {
-            "seq": e.seq,
-            "ts": format_timestamp(e.ts),
-            "type": e.type,
-            "actor": e.actor,
-            "model": e.model,
-            "contract_id": e.contract_id,
-            "details": e.details,
-            "prev_sha256": e.prev_sha256,
-            "sha256": e.sha256,
-        }
-        for e in page.rows
-    ]
     if output == "csv":
         buffer = io.StringIO()
         writer = csv.writer(buffer)
         writer.writerow(_CSV_COLUMNS)
-        for r in records:
-            writer.writerow(
-                [
-                    csv_cell(json.dumps(r[c], sort_keys=True) if c == "details" else r[c])
-                    for c in _CSV_COLUMNS
-                ]
-            )
+        writer.writerows([csv_cell(_csv_value(e, c)) for c in _CSV_COLUMNS] for e in page.rows)
         response = Response(buffer.getvalue(), content_type="text/csv; charset=utf-8")
         response.headers["Content-Disposition"] = 'attachment; filename="calmon-audit.csv"'
         response.headers["X-Content-Type-Options"] = "nosniff"
         if next_cursor:
             response.headers["X-Next-Cursor"] = next_cursor
         return response
-    return reply(AuditEvents, {"events": records, "next_cursor": next_cursor})
+    return reply(AuditEvents, {"events": page.rows, "next_cursor": next_cursor})
+
+
+def _csv_value(event: StoredEvent, column: str) -> Any:
+    """An event's value in a CSV column: the time as RFC 3339, the details as sorted JSON."""
+    if column == "ts":
+        return format_timestamp(event.ts)
+    if column == "details":
+        return json.dumps(event.details, sort_keys=True)
+    return getattr(event, column)
 
 
 class VerifyQuery(Query):
@@ -173,17 +164,19 @@ def _anchor(seq_raw: str | None, sha_raw: str | None) -> Anchor | None:
 @requires(Permission.READ)
 @operation(
     operation_id="verifyAudit",
-    summary="Verify the audit log, its keyed head and every contract, gate decision and"
-    " retirement against its event (and an anchor: expected_seq with expected_sha256)",
     reply=ChainVerification,
     reply_description="result",
     query=VerifyQuery,
 )
 def verify() -> Response:
-    """Walk the chain, check the keyed head (under a key) and every contract, gate decision and
-    retirement against its event; report what was checked, the head, every problem (the first
-    100, and their count) and whether the anchor (``expected_seq`` with ``expected_sha256``),
-    if given, is still on the chain."""
+    """Verify the audit log, its keyed head and every contract, gate decision and retirement against
+    its event (and an anchor: expected_seq with expected_sha256).
+
+    Walk the chain, check the keyed head (under a key) and every contract, gate decision and
+    retirement against its event; report what was checked, the head, every problem (the first 100,
+    and their count) and whether the anchor (``expected_seq`` with ``expected_sha256``), if given,
+    is still on the chain.
+    """
     anchor = VerifyQuery.parse().anchor()
     report = audit_service.verify_audit(
         db_session(), anchor, contracts=contracts_service.stored_contracts

@@ -13,7 +13,14 @@ from service.common.clock import utcnow
 from service.contracts import service as contracts_service
 from service.contracts.model import Contract as StoredContract
 from service.contracts.replies import Contract, ContractList, Verification
-from service.contracts.requests import parse_fit_request, parse_registration, parse_retirement
+from service.contracts.requests import (
+    FIT,
+    REGISTRATION,
+    RETIREMENT,
+    parse_fit_request,
+    parse_registration,
+    parse_retirement,
+)
 from service.web.auth import current_principal, requires
 from service.web.bodies import json_body
 from service.web.db_session import db_session
@@ -79,11 +86,10 @@ def _created(contract: StoredContract) -> Response:
 @requires(Permission.ADMIN)
 @operation(
     operation_id="registerContract",
-    summary="Register a contract fitted elsewhere",
     reply=Contract,
     reply_description="the stored contract",
     status=201,
-    body="ContractRegistration",
+    body=REGISTRATION,
     query=NoQuery,
     links=links_from_contract(),
 )
@@ -105,16 +111,18 @@ def register() -> Response:
 @requires(Permission.ADMIN)
 @operation(
     operation_id="fitContract",
-    summary="Fit a calibrator on fit, measure fit and eval, store the contract",
     reply=Contract,
     reply_description="the stored contract",
     status=201,
-    body="ContractFit",
+    body=FIT,
     query=NoQuery,
     links=links_from_contract(),
 )
 def fit() -> Response:
-    """Fit a calibrator on the fit set, measure the baseline on both sets, register it."""
+    """Fit a calibrator on fit, measure fit and eval, store the contract.
+
+    Fit a calibrator on the fit set, measure the baseline on both sets, register it.
+    """
     NoQuery.parse()
     request = parse_fit_request(json_body())
     return _created(
@@ -138,13 +146,15 @@ class ContractsQuery(PageQuery):
 @requires(Permission.READ)
 @operation(
     operation_id="listContracts",
-    summary="List contracts, newest first",
     reply=ContractList,
     reply_description="a page",
     query=ContractsQuery,
 )
 def list_contracts() -> Response:
-    """Contracts newest first, optionally of one model or active at a time; paginated."""
+    """List contracts, newest first.
+
+    Contracts newest first, optionally of one model or active at a time; paginated.
+    """
     query = ContractsQuery.parse()
     page = fetch_page(
         query,
@@ -161,7 +171,7 @@ def list_contracts() -> Response:
         ContractList,
         {
             "contracts": [c.to_dict() for _, c in page.rows if isinstance(c, StoredContract)],
-            "unreadable": [c.to_dict() for _, c in page.rows if not isinstance(c, StoredContract)],
+            "unreadable": [c for _, c in page.rows if not isinstance(c, StoredContract)],
             "next_cursor": page.next_cursor,
         },
     )
@@ -171,13 +181,15 @@ def list_contracts() -> Response:
 @requires(Permission.READ)
 @operation(
     operation_id="getContract",
-    summary="One contract",
     reply=Contract,
     reply_description="the contract",
     query=NoQuery,
 )
 def get_contract(contract_id: str) -> Response:
-    """One contract with its content hash and retirement, if any."""
+    """One contract.
+
+    One contract with its content hash and retirement, if any.
+    """
     NoQuery.parse()
     return reply(Contract, contracts_service.find_contract(db_session(), contract_id).to_dict())
 
@@ -186,14 +198,16 @@ def get_contract(contract_id: str) -> Response:
 @requires(Permission.READ)
 @operation(
     operation_id="verifyContract",
-    summary="Recompute the content hash; check it against the contract's creation event",
     reply=Verification,
     reply_description="the check",
     query=NoQuery,
 )
 def verify(contract_id: str) -> Response:
-    """Recompute the content hash from the stored record; check it against the stored hash and
-    the contract's creation event."""
+    """Recompute the content hash; check it against the contract's creation event.
+
+    Recompute the content hash from the stored record; check it against the stored hash and the
+    contract's creation event.
+    """
     NoQuery.parse()
     return reply(Verification, contracts_service.verify_contract(db_session(), contract_id))
 
@@ -202,15 +216,17 @@ def verify(contract_id: str) -> Response:
 @requires(Permission.ADMIN)
 @operation(
     operation_id="retireContract",
-    summary="Retire a contract (an audit event)",
     reply=Contract,
     reply_description="the contract",
-    body="Retirement",
+    body=RETIREMENT,
     query=NoQuery,
     errors=(409,),
 )
 def retire(contract_id: str) -> Response:
-    """Retire a contract: an audit event; the contract itself never changes."""
+    """Retire a contract (an audit event).
+
+    Retire a contract: an audit event; the contract itself never changes.
+    """
     NoQuery.parse()
     reason = parse_retirement(json_body())
     contract = contracts_service.retire_contract(
@@ -233,12 +249,14 @@ class ActiveContractQuery(Query):
 @requires(Permission.READ)
 @operation(
     operation_id="activeContract",
-    summary="The active contract at a time",
     reply=Contract,
     reply_description="the contract",
     query=ActiveContractQuery,
 )
 def active_contract(model: str) -> Response:
-    """The model's active contract at ``at`` (default now)."""
+    """The active contract at a time.
+
+    The model's active contract at ``at`` (default now).
+    """
     at: datetime = ActiveContractQuery.parse().at or utcnow()
     return reply(Contract, contracts_service.active_contract(db_session(), model, at).to_dict())

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from flask import Blueprint, Response
 
 from service.auth.tokens import Permission
-from service.common.values import format_timestamp
 from service.gate import service as gate_service
 from service.gate.replies import GateDecision as DecisionReply
 from service.gate.replies import GateDecisions
-from service.gate.requests import parse_gate_request
-from service.gate.store import GateDecision
+from service.gate.requests import GATE_REQUEST, parse_gate_request
 from service.web.auth import current_principal, requires
 from service.web.bodies import json_body
 from service.web.db_session import db_session
@@ -24,36 +20,21 @@ from service.web.request_keys import request_key
 bp = Blueprint("gate", __name__, url_prefix="/v1/gate")
 
 
-def decision_dict(d: GateDecision) -> dict[str, Any]:
-    return {
-        "id": d.id,
-        "contract_id": d.contract_id,
-        "model": d.model,
-        "decided_at": format_timestamp(d.decided_at),
-        "decided_by": d.decided_by,
-        "decision": d.decision,
-        "checks": d.checks,
-        "evidence": d.evidence,
-        "policy": d.policy,
-        "policy_sha256": d.policy_sha256,
-        "evidence_sha256": d.evidence_sha256,
-    }
-
-
 @bp.post("")
 @requires(Permission.GATE)
 @operation(
     operation_id="decideGate",
-    summary="Evaluate a contract against a gate policy; stored",
     reply=DecisionReply,
     reply_description="the decision with evidence",
     status=201,
-    body="GateRequest",
+    body=GATE_REQUEST,
     query=NoQuery,
     errors=(404,),
 )
 def decide() -> Response:
-    """Evaluate a contract (or a fresh held-out set) against a policy; store the decision.
+    """Evaluate a contract against a gate policy; stored.
+
+    Evaluate a contract (or a fresh held-out set) against a policy; store the decision.
 
     Needs the ``gate`` permission (roles ``gate`` and ``admin``): a CI pipeline's token may ask
     the gate without being able to register or retire contracts.
@@ -66,7 +47,7 @@ def decide() -> Response:
         actor=current_principal().name,
         request_key=request_key("decideGate"),
     )
-    return reply(DecisionReply, decision_dict(decision), 201)
+    return reply(DecisionReply, decision, 201)
 
 
 class DecisionsQuery(PageQuery):
@@ -80,13 +61,15 @@ class DecisionsQuery(PageQuery):
 @requires(Permission.READ)
 @operation(
     operation_id="gateDecisions",
-    summary="Past gate decisions",
     reply=GateDecisions,
     reply_description="a page",
     query=DecisionsQuery,
 )
 def decisions() -> Response:
-    """Past decisions, newest first, by model and contract; paginated."""
+    """Past gate decisions.
+
+    Past decisions, newest first, by model and contract; paginated.
+    """
     query = DecisionsQuery.parse()
     page = fetch_page(
         query,
@@ -102,7 +85,7 @@ def decisions() -> Response:
     return reply(
         GateDecisions,
         {
-            "decisions": [decision_dict(d) for d in page.rows],
+            "decisions": page.rows,
             "next_cursor": page.next_cursor,
         },
     )

@@ -22,24 +22,29 @@ bp = Blueprint("health", __name__)
 
 
 @bp.get("/healthz")
-@operation(operation_id="healthz", summary="Liveness", reply=Status, reply_description="ok")
+@operation(operation_id="healthz", reply=Status, reply_description="ok")
 def healthz() -> Response:
-    """The process is up."""
+    """Liveness.
+
+    The process is up.
+    """
     return reply(Status, {"status": "ok"})
 
 
 @bp.get("/readyz")
 @operation(
     operation_id="readyz",
-    summary="Readiness: database reachable, schema at head",
     reply=Status,
     reply_description="ready",
     errors=(503,),
 )
 def readyz() -> Response:
-    """The database is reachable, its schema at the migrations' head, it takes writes (not a
-    standby, not read-only), no maintenance pending; the ready reply lists ``warnings`` when an
-    acknowledged write might not survive a failover (``service.db.failover``)."""
+    """Readiness: database reachable, schema at head.
+
+    The database is reachable, its schema at the migrations' head, it takes writes (not a standby,
+    not read-only), no maintenance pending; the ready reply lists ``warnings`` when an acknowledged
+    write might not survive a failover (``service.db.failover``).
+    """
     db = database()
     try:
         with db.engine.connect() as connection:

@@ -36,15 +36,16 @@ _last_lock = threading.Lock()
 @bp.get("/metrics")
 @operation(
     operation_id="metrics",
-    summary="Prometheus exposition",
     media={PROMETHEUS_TEXT: {"type": "string"}},
     reply_description="text format",
 )
 def metrics() -> Response:
-    """Prometheus exposition: the stored calibration gauges as the refresher last assembled
-    them (never a half-refreshed fleet, never a recomputation, no write lock taken; the text is
-    read again only when its digest changed), the models' readings ages and label fold status,
-    then the process counters."""
+    """Prometheus exposition.
+
+    The stored calibration gauges as the refresher last assembled them (never a half-refreshed
+    fleet, never a recomputation, no write lock taken; the text is read again only when its
+    digest changed), the models' readings ages and label fold status, then the process counters.
+    """
     with _last_lock:
         known = _last.get("text")
     try:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import io
-from dataclasses import asdict
 from datetime import datetime, timedelta
 
 from flask import Blueprint, Response, current_app
@@ -13,9 +12,9 @@ from service.auth.tokens import Permission
 from service.common.clock import utcnow
 from service.common.errors import ErrorDetail, ValidationFailed
 from service.config import Settings
-from service.stream import fold, ingestion
+from service.stream import fold, ingestion, monitoring
 from service.stream import history as histories
-from service.stream import readings as monitoring
+from service.stream.batch_bodies import LABELS, PREDICTIONS
 from service.stream.cohorts import ALL, KEY_PATTERN, parse_slice_query
 from service.stream.replies import Calibration, Cohorts, History, LabelsApplied, PredictionsAccepted
 from service.stream.windows import (
@@ -55,38 +54,39 @@ def _settings() -> Settings:
 @requires(Permission.INGEST)
 @operation(
     operation_id="ingestPredictions",
-    summary="Store a batch of predictions (idempotent per id), as JSON or an Arrow IPC stream",
     reply=PredictionsAccepted,
     reply_description="counts",
-    body="PredictionBatch",
+    body=PREDICTIONS,
     body_media=(JSON, ARROW_STREAM),
     query=ArrowPredictionsQuery,
     errors=(404, 409, 503),
 )
 def predictions() -> Response:
-    """Store a batch of predictions (idempotent per id), as JSON or as an Arrow IPC stream."""
+    """Store a batch of predictions (idempotent per id), as JSON or an Arrow IPC stream."""
     sent = predictions_body()
     result = ingestion.ingest_predictions(database(), db_session(), sent, _settings(), utcnow())
-    return reply(PredictionsAccepted, result.to_dict())
+    return reply(PredictionsAccepted, result)
 
 
 @bp.post("/labels")
 @requires(Permission.INGEST)
 @operation(
     operation_id="ingestLabels",
-    summary="Join a batch of labels, as JSON or an Arrow IPC stream",
     reply=LabelsApplied,
     reply_description="counts",
-    body="LabelBatch",
+    body=LABELS,
     body_media=(JSON, ARROW_STREAM),
     query=ArrowLabelsQuery,
     errors=(404, 503),
 )
 def labels() -> Response:
-    """Join a batch of labels to their predictions (JSON, or an Arrow IPC stream)."""
+    """Join a batch of labels, as JSON or an Arrow IPC stream.
+
+    Join a batch of labels to their predictions (JSON, or an Arrow IPC stream).
+    """
     sent = labels_body()
     result = ingestion.ingest_labels(database(), db_session(), sent, _settings(), utcnow())
-    return reply(LabelsApplied, result.to_dict())
+    return reply(LabelsApplied, result)
 
 
 #: A duration: a positive integer and a unit (``90s``, ``15m``, ``24h``, ``7d``).
@@ -153,35 +153,39 @@ def _consistent(query: CalibrationQuery | HistoryQuery, model: str, now: datetim
 @requires(Permission.READ)
 @operation(
     operation_id="calibration",
-    summary="The reading of a window and cohort slice",
     reply=Calibration,
     reply_description="reading, bins, baseline, drift",
     query=CalibrationQuery,
 )
 def calibration(model: str) -> Response:
-    """The reading of a window and cohort slice, with bins, baseline and drift."""
+    """The reading of a window and cohort slice.
+
+    The reading of a window and cohort slice, with bins, baseline and drift.
+    """
     now = utcnow()
     query = CalibrationQuery.parse(now)
     slice_, window = query.slice(), query.reading_window(now)
     _consistent(query, model, now)
     found = monitoring.calibration_reading(db_session(), model, window, slice_, now)
-    return reply(Calibration, found.to_dict())
+    return reply(Calibration, found)
 
 
 @bp.get("/models/<model>/cohorts")
 @requires(Permission.READ)
 @operation(
     operation_id="cohorts",
-    summary="Cohort slices seen",
     reply=Cohorts,
     reply_description="slices with counts",
     query=NoQuery,
 )
 def cohorts(model: str) -> Response:
-    """Slices seen for the model, with prediction and label counts."""
+    """Cohort slices seen.
+
+    Slices seen for the model, with prediction and label counts.
+    """
     NoQuery.parse()
     slices = monitoring.cohort_slices(db_session(), model)
-    return reply(Cohorts, {"model": model, "slices": [asdict(s) for s in slices]})
+    return reply(Cohorts, {"model": model, "slices": slices})
 
 
 #: A history without ``start`` covers this much before its end.
@@ -223,22 +227,24 @@ class HistoryQuery(HistoryRangeQuery):
 @requires(Permission.READ)
 @operation(
     operation_id="history",
-    summary="A cohort slice's readings per step (step a multiple of 5 minutes; default 7 days at"
-    " 1 h), as JSON or (format=csv) as CSV",
     reply=History,
     reply_description="one point per step, oldest first",
     media={CSV: {"type": "string"}},
     query=HistoryQuery,
 )
 def history(model: str) -> Response:
-    """A cohort slice's readings per step (JSON, or CSV with ``format=csv``)."""
+    """A cohort slice's readings per step (step a multiple of 5 minutes; default 7 days at 1 h), as
+    JSON or (format=csv) as CSV.
+
+    A cohort slice's readings per step (JSON, or CSV with ``format=csv``).
+    """
     now = utcnow()
     query = HistoryQuery.parse(now)
     slice_, (start, end, step) = query.slice(), query.range(now)
     _consistent(query, model, now)
     found = histories.model_history(db_session(), model, slice_, start, end, step, now)
     if query.format == "json":
-        return reply(History, found.to_dict())
+        return reply(History, found)
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(histories.CSV_COLUMNS)

@@ -1,18 +1,19 @@
-"""The review pages and their diagrams, for people who would rather look.
+"""The review pages, for people who would rather look.
 
 ``/ui`` the fleet (models worst first, 50 a page, their slices in alert or warn and since when),
 ``/ui/models/{model}`` a model's reading, diagrams, history chart and class-wise reliability,
-``/ui/contracts/{id}`` a contract, ``/ui/gate/{id}`` one gate decision with its audit hashes; and
-the SVG diagrams the API serves (reliability of a window or a baseline, ECE over time). Each
-handler parses, makes one call (a page builder of ``service.web.ui_models`` or a use case) and
-renders. Server-rendered HTML with inline SVG, one stylesheet (``/ui/calmon.css``), no
-JavaScript. Every response of this blueprint carries a Content-Security-Policy that allows
-nothing but this origin's stylesheet and forms (``frame-ancestors 'none'``),
-``X-Frame-Options: DENY``, ``X-Content-Type-Options: nosniff`` and ``Referrer-Policy:
-no-referrer``. Signing in stores a session (``service.auth.service.open_ui_session``) and sets a
-cookie holding its random id; links carry their path segments and query values percent-encoded.
-Signing in and out are refused (403) when another site sent the form (``cross_site``): a page
-elsewhere could otherwise sign a reader's browser in with its own token, or out.
+``/ui/contracts/{id}`` a contract, ``/ui/gate/{id}`` one gate decision with its audit hashes (the
+SVG diagrams the API serves are ``service.web.routes.diagrams``). Each handler parses, makes one
+call (a page builder of ``service.web.ui_models`` or a use case) and renders. Server-rendered
+HTML with inline SVG, one stylesheet (``/ui/calmon.css``), no JavaScript. Every response of
+this blueprint (and of the diagrams') carries a Content-Security-Policy that allows nothing but
+this origin's stylesheet and forms (``frame-ancestors 'none'``), ``X-Frame-Options: DENY``,
+``X-Content-Type-Options: nosniff`` and ``Referrer-Policy: no-referrer``.
+
+Signing in stores a session (``service.auth.service.open_ui_session``) and sets a cookie holding
+its random id; links carry their path segments and query values percent-encoded. Signing in and
+out are refused (403) when another site sent the form (``cross_site``): a page elsewhere could
+otherwise sign a reader's browser in with its own token, or out.
 """
 
 from __future__ import annotations
@@ -44,9 +45,6 @@ from service.common.errors import (
     UnreadableContract,
     ValidationFailed,
 )
-from service.contracts import service as contracts_service
-from service.stream import history as histories
-from service.stream import readings as monitoring
 from service.web import ui_models as pages
 from service.web.auth import (
     LEGACY_TOKEN_COOKIE,
@@ -54,15 +52,12 @@ from service.web.auth import (
     authenticate,
     close_session,
     open_session,
-    requires,
 )
 from service.web.db_session import db_session
-from service.web.history_svg import render_history
 from service.web.http_errors import ApiError
-from service.web.operations import SVG, operation
-from service.web.queries import Query, TextParam, choice
-from service.web.routes.stream import HistoryRangeQuery, WindowQuery
-from service.web.svg import render
+from service.web.operations import SVG
+from service.web.queries import TextParam
+from service.web.routes.stream import WindowQuery
 
 bp = Blueprint("ui", __name__)
 
@@ -88,7 +83,7 @@ _MAX_NEXT = 2000
 
 
 @bp.after_request
-def _security_headers(response: Response) -> Response:
+def security_headers(response: Response) -> Response:
     """Frame, sniffing and referrer protection on every page, diagram and error."""
     for name, value in SECURITY_HEADERS.items():
         response.headers.setdefault(name, value)
@@ -337,93 +332,3 @@ def gate_page(decision_id: str) -> BaseResponse:
     except CalmonError as exc:
         return _error_page(viewer, exc)
     return _page("ui/gate.html", principal=viewer, **pages.context(page))
-
-
-def _svg(body: str) -> Response:
-    return Response(body, content_type=SVG)
-
-
-_SVG_REPLY = {SVG: {"type": "string"}}
-
-
-@bp.get("/v1/models/<model>/reliability.svg")
-@requires(Permission.READ, allow_cookie=True)
-@operation(
-    operation_id="modelDiagram",
-    summary="The reliability diagram (SVG) of a window and cohort, with bin counts",
-    media=_SVG_REPLY,
-    reply_description="SVG",
-    query=WindowQuery,
-)
-def model_svg(model: str) -> Response:
-    """The reliability diagram of a window and cohort (same parameters as the calibration)."""
-    now = utcnow()
-    query = WindowQuery.parse(now)
-    slice_, window = query.slice(), query.reading_window(now)
-    measured = monitoring.calibration_reading(db_session(), model, window, slice_, now)
-    return _svg(
-        render(
-            measured.to_dict()["bins"],
-            title=f"{model}: reliability",
-            subtitle=f"{measured.cohort}, {window.name or 'custom window'}, "
-            f"n = {measured.n_labeled:,} labeled",
-        )
-    )
-
-
-class BaselineDiagramQuery(Query):
-    """Which of a contract's baseline readings to draw."""
-
-    split: choice("fit", "eval") = "eval"  # type: ignore[valid-type]
-    which: choice("calibrated", "uncalibrated") = "calibrated"  # type: ignore[valid-type]
-
-
-@bp.get("/v1/contracts/<contract_id>/reliability.svg")
-@requires(Permission.READ, allow_cookie=True)
-@operation(
-    operation_id="contractDiagram",
-    summary="A contract's baseline reliability diagram (SVG)",
-    media=_SVG_REPLY,
-    reply_description="SVG",
-    query=BaselineDiagramQuery,
-)
-def contract_svg(contract_id: str) -> Response:
-    """A contract's baseline diagram: ``split`` fit|eval, ``which`` calibrated|uncalibrated."""
-    query = BaselineDiagramQuery.parse()
-    split, which = query.split, query.which
-    contract = contracts_service.find_contract(db_session(), contract_id)
-    reading = contract.baseline_reading(split, which)
-    return _svg(
-        render(
-            reading.to_dict()["bins"],
-            title=f"{contract.model} v{contract.version}: {split} set, {which}",
-            subtitle=f"n = {reading.n:,}",
-        )
-    )
-
-
-@bp.get("/v1/models/<model>/history.svg")
-@requires(Permission.READ, allow_cookie=True)
-@operation(
-    operation_id="historyDiagram",
-    summary="The ECE-over-time chart (SVG) of a cohort slice: the history's steps with the"
-    " debiased ECE and its 95% interval, the policy and baseline lines, statuses and label"
-    " coverage",
-    media=_SVG_REPLY,
-    reply_description="SVG",
-    query=HistoryRangeQuery,
-)
-def history_svg(model: str) -> Response:
-    """The ECE-over-time chart of a cohort slice (the history's parameters but ``format``;
-    without ``start`` the chart spans the slice's data, at most 7 days, in a step fitted to it
-    unless ``step`` is given)."""
-    now = utcnow()
-    query = HistoryRangeQuery.parse(now)
-    slice_, (start, end, step) = query.slice(), query.range(now)
-    if not query.given("start"):
-        start, fitted_step = histories.fitted_range(
-            db_session(), model, slice_, end, pages.FIT_LONGEST
-        )
-        step = step if query.given("step") else fitted_step
-    found = histories.model_history(db_session(), model, slice_, start, end, step, now)
-    return _svg(render_history(found, title=f"{model}: ECE over time"))

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from flask import render_template
+
+from service.calibration.readings import ReliabilityBin
 
 
 @dataclass(frozen=True)
@@ -72,45 +73,44 @@ class DiagramBar:
     title: str
 
 
-def layout(bins: Sequence[dict[str, Any]], frame: Frame = FULL) -> list[DiagramBar]:
-    """Pixel geometry of each bin: dicts with ``lo``, ``hi``, ``n``, ``mean_confidence``,
-    ``accuracy`` and ``ci`` (as in a reading's ``bins``)."""
-    tallest = max((b["n"] for b in bins), default=1)
+def layout(bins: Sequence[ReliabilityBin], frame: Frame = FULL) -> list[DiagramBar]:
+    """Pixel geometry of each of a reading's non-empty ``bins``."""
+    tallest = max((b.n for b in bins), default=1)
     base = frame.top + frame.plot + frame.gap + frame.hist
     x, y = frame.x, frame.y
     bars = []
     for b in bins:
-        lo, hi = x(b["lo"]), x(b["hi"])
-        count_height = (frame.hist - 14) * b["n"] / tallest
+        lo, hi = x(b.lo), x(b.hi)
+        count_height = (frame.hist - 14) * b.n / tallest
         bars.append(
             DiagramBar(
                 x=lo + 1,
                 width=max(hi - lo - 2, 1),
-                top=y(b["accuracy"]),
-                height=y(0) - y(b["accuracy"]),
-                point_x=x(b["mean_confidence"]),
-                point_y=y(b["accuracy"]),
-                ci_top=y(b["ci"][1]),
-                ci_bottom=y(b["ci"][0]),
+                top=y(b.accuracy),
+                height=y(0) - y(b.accuracy),
+                point_x=x(b.mean_confidence),
+                point_y=y(b.accuracy),
+                ci_top=y(b.ci_upper),
+                ci_bottom=y(b.ci_lower),
                 count_top=base - count_height,
                 count_height=count_height,
-                label=f"{b['n']:,}",
-                n=b["n"],
+                label=f"{b.n:,}",
+                n=b.n,
                 title=(
-                    f"[{b['lo']:.2f}, {b['hi']:.2f}): n = {b['n']:,}, mean confidence "
-                    f"{b['mean_confidence']:.3f}, observed {b['accuracy']:.3f} (95% interval "
-                    f"{b['ci'][0]:.3f} - {b['ci'][1]:.3f})"
+                    f"[{b.lo:.2f}, {b.hi:.2f}): n = {b.n:,}, mean confidence "
+                    f"{b.mean_confidence:.3f}, observed {b.accuracy:.3f} (95% interval "
+                    f"{b.ci_lower:.3f} - {b.ci_upper:.3f})"
                 ),
             )
         )
     return bars
 
 
-def _summary(bins: Sequence[dict[str, Any]]) -> str:
-    n = sum(b["n"] for b in bins)
+def _summary(bins: Sequence[ReliabilityBin]) -> str:
+    n = sum(b.n for b in bins)
     if not n:
         return "No labeled predictions yet."
-    gap = sum(b["n"] * abs(b["mean_confidence"] - b["accuracy"]) for b in bins) / n
+    gap = sum(b.n * abs(b.mean_confidence - b.accuracy) for b in bins) / n
     return (
         f"{len(bins)} non-empty bins holding {n:,} labeled predictions; the count-weighted gap "
         f"between mean confidence and observed frequency is {gap:.3f}."
@@ -118,7 +118,7 @@ def _summary(bins: Sequence[dict[str, Any]]) -> str:
 
 
 def render(
-    bins: Sequence[dict[str, Any]],
+    bins: Sequence[ReliabilityBin],
     *,
     title: str,
     subtitle: str,

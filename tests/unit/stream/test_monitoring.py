@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 
 from service.calibration import IdentityCalibrator, assess_drift, binary_reading
 from service.contracts.model import Contract
-from service.stream.readings import ContractShare, WindowReading
+from service.stream.monitoring import ContractShare, WindowReading
+from service.stream.replies import Calibration
 from service.stream.windows import Window
 from tests.unit.stream.conftest import binary_contract
 
@@ -34,9 +36,14 @@ def window_reading(contract: Contract, n_predictions: int) -> WindowReading:
     )
 
 
+def replied(reading: WindowReading) -> dict[str, Any]:
+    """The reading as the calibration reply declares it."""
+    return Calibration.model_validate(reading).model_dump(mode="json", exclude_unset=True)
+
+
 def test_the_reply_carries_counts_coverage_and_the_contract() -> None:
     contract = binary_contract(c_fp=1.0, c_fn=3.0)
-    reply = window_reading(contract, 10).to_dict()
+    reply = replied(window_reading(contract, 10))
     assert (reply["n_predictions"], reply["n_labeled"], reply["label_coverage"]) == (10, 4, 0.4)
     assert reply["contract"] == {"id": "c-1", "version": 1, "content_sha256": "0" * 64}
     assert reply["contracts_in_window"] == [
@@ -50,4 +57,4 @@ def test_the_reply_carries_counts_coverage_and_the_contract() -> None:
 
 def test_a_window_without_predictions_has_no_coverage() -> None:
     reading = window_reading(binary_contract(), 0)
-    assert reading.label_coverage is None and reading.to_dict()["label_coverage"] is None
+    assert reading.label_coverage is None and replied(reading)["label_coverage"] is None

@@ -6,9 +6,8 @@ import functools
 import math
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 import numpy as np
 from sqlalchemy.orm import Session
@@ -18,22 +17,23 @@ from service.calibration import (
     ExpectedAccuracy,
     Reading,
     RefitEstimate,
+    ReliabilityBin,
     assess_drift,
     reading_from_stats,
     refit_from_knot_sums,
 )
+from service.calibration.drift import DriftPolicy
 from service.calibration.packing import StatsLayout, unpack, unpack_fields, unpack_knots
 from service.calibration.sequential import BinTables
 from service.calibration.series import step_views
 from service.calibration.vocabulary import Task
 from service.common.errors import NotFound
-from service.common.values import format_timestamp
 from service.contracts import store as contracts_store
 from service.contracts.model import Contract
 from service.contracts.service import current_contract
 from service.stream import bucket_store, fold_store
 from service.stream.bucketing import classwise_note, layout_of
-from service.stream.fold_store import NO_FOLD, FoldStatus, fold_fields
+from service.stream.fold_store import NO_FOLD, FoldStatus
 from service.stream.windows import Window
 
 #: Event time before a window whose buckets set its first blocks' variance bound and learned
@@ -89,37 +89,38 @@ class WindowReading:
             return None
         return _json_number(self.n_labeled / self.n_predictions)
 
-    def to_dict(self) -> dict[str, Any]:
-        """The reply of ``GET /v1/models/{model}/calibration``."""
-        contract = self.contract
-        metrics = self.reading.to_dict()
-        bins = metrics.pop("bins")
-        return {
-            "model": self.model,
-            "contract": {
-                "id": contract.id,
-                "version": contract.version,
-                "content_sha256": contract.content_sha256,
-            },
-            "contracts_in_window": [asdict(s) for s in self.shares],
-            "window": {
-                "name": self.window.name,
-                "start": format_timestamp(self.window.start),
-                "end": format_timestamp(self.window.end),
-            },
-            "cohort": self.cohort,
-            "n_predictions": self.n_predictions,
-            "n_labeled": self.n_labeled,
-            "label_coverage": self.label_coverage,
-            "metrics": metrics,
-            "bins": bins,
-            "baseline": self.baseline.to_dict(),
-            "policy": contract.policy.to_dict(),
-            "drift": self.drift.to_dict(),
-            "threshold": contract.threshold if contract.spec.task == Task.BINARY else None,
-            "notes": list(self.notes),
-            **fold_fields(self.fold),
-        }
+    @property
+    def contracts_in_window(self) -> list[ContractShare]:
+        return list(self.shares)
+
+    @property
+    def metrics(self) -> Reading:
+        """The labeled predictions' reading (its measures; ``bins`` are listed apart)."""
+        return self.reading
+
+    @property
+    def bins(self) -> tuple[ReliabilityBin, ...]:
+        return self.reading.bins
+
+    @property
+    def policy(self) -> DriftPolicy:
+        return self.contract.policy
+
+    @property
+    def threshold(self) -> float | None:
+        """Binary: the score above which the cost-minimising decision is positive; None for
+        multiclass."""
+        return self.contract.threshold if self.contract.spec.task == Task.BINARY else None
+
+    @property
+    def labels_unfolded(self) -> int:
+        """The model's labels acknowledged but not yet folded into the buckets."""
+        return self.fold.unfolded
+
+    @property
+    def last_fold_at(self) -> datetime | None:
+        """When the fold last counted labels of the model (None: never)."""
+        return self.fold.last_fold_at
 
 
 def calibration_reading(
