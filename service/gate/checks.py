@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from service.calibration import (
@@ -77,10 +77,14 @@ class Check:
 
 @dataclass(frozen=True)
 class GateOutcome:
+    """A decision with its checks, evidence and policy; ``ece_views`` are the reliability views
+    (name, inference) the ECE check judged, so another ``ece_rule`` can judge them too."""
+
     decision: str
     checks: tuple[Check, ...]
     evidence: dict[str, Any]
     policy: dict[str, Any]
+    ece_views: tuple[tuple[str, EceInference], ...] = field(default=(), compare=False)
 
     @property
     def evidence_sha256(self) -> str:
@@ -312,7 +316,7 @@ def evaluate_gate(
         "bin_edges": list(contract.spec.bin_edges),
     }
     decision = "pass" if all(c.passed for c in checks) else "fail"
-    return GateOutcome(decision, checks, evidence, policy)
+    return GateOutcome(decision, checks, evidence, policy, tuple(e.views))
 
 
 def _gather(
