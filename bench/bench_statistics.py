@@ -57,6 +57,7 @@ from service.contracts.labeled_sets import LabeledSet
 from service.contracts.model import Contract
 from service.contracts.requests import FitRequest, parse_spec_fields
 from service.gate.checks import evaluate_gate
+from service.gate.ece_rule import EceRule, judge_ece
 from service.gate.requests import GateRequest, parse_gate_request
 from tests.support.rule_simulation import (
     WINDOWS,
@@ -215,7 +216,10 @@ _CREATED = datetime(2026, 2, 1, tzinfo=UTC)
 
 
 def _gate_outcomes(contract: Contract, requests: Iterable[GateRequest]) -> Arrays:
+    """Per request: the default policy's decision and failed checks, and whether ``eval_ece``
+    fails under each ``ece_rule`` (the same evidence judged by every rule)."""
     failed, ece, nll, bound, other = [], [], [], [], []
+    by_rule: dict[str, list[bool]] = {rule.value: [] for rule in EceRule}
     for request in requests:
         outcome = evaluate_gate(contract, request, "measured")
         names = {c.name for c in outcome.checks if not c.passed}
@@ -224,13 +228,16 @@ def _gate_outcomes(contract: Contract, requests: Iterable[GateRequest]) -> Array
         nll.append("nll_improvement" in names)
         bound.append("calibrator_bound" in names)
         other.append(bool(names - {"eval_ece", "nll_improvement", "calibrator_bound"}))
+        for rule in EceRule:
+            verdict = judge_ece(rule, outcome.ece_views, outcome.policy["max_ece"])
+            by_rule[rule.value].append(not verdict.passed)
     return {
         "failed": np.array(failed),
         "check:eval_ece": np.array(ece),
         "check:nll_improvement": np.array(nll),
         "check:calibrator_bound": np.array(bound),
         "check:other": np.array(other),
-    }
+    } | {f"rule:{rule}": np.array(v) for rule, v in by_rule.items()}
 
 
 def _identity_contract(population: str, rng: np.random.Generator) -> Contract:
@@ -625,7 +632,61 @@ def gate_section(results: dict[tuple[str, tuple[Any, ...]], Arrays]) -> list[str
     lines += ["", "Contracts fitted by calmon, judged on their stored eval baseline:", ""]
     header = ["population", "calibrator", "fit rows", "eval rows", "fail"]
     lines += _table([*header, *(f"{c} fails" for c in checks)], fitted)
-    return lines
+    return lines + _rule_tables(results)
+
+
+def _rule_tables(results: dict[tuple[str, tuple[Any, ...]], Arrays]) -> list[str]:
+    """``eval_ece`` fail rates under each ``ece_rule``: per cell, and per population."""
+    rules = [rule.value for rule in EceRule]
+    rows = []
+    low: dict[str, dict[str, float]] = {}
+    high: dict[str, dict[str, float]] = {}
+    for (table, key), a in sorted(results.items()):
+        if table != "gate_fresh":
+            continue
+        population, shape, level, eval_n = key
+        rates = {rule: _share(a[f"rule:{rule}"]) for rule in rules}
+        rows.append([*_cell_name(population, shape, level), f"{eval_n:,}"])
+        rows[-1] += [_f(rates[rule]) for rule in rules]
+        for rule in rules:
+            if level <= 0.5 and eval_n >= 500:
+                worst = low.setdefault(population, {}).get(rule, 0.0)
+                low[population][rule] = max(worst, rates[rule])
+            if level == 2.0 and eval_n >= 3000:
+                least = high.setdefault(population, {}).get(rule, 1.0)
+                high[population][rule] = min(least, rates[rule])
+    header = ["population", "shape", "x max_ece", "true ECE", "eval rows"]
+    lines = [
+        "",
+        "`eval_ece` under each `ece_rule`, judged on the same evaluation sets (the share of sets"
+        " on which the check fails):",
+        "",
+        *_table([*header, *rules], rows),
+        "",
+        "Per population, over its shapes: the largest `eval_ece` fail rate at 0.5 x max_ece or"
+        " below with 500 or more rows (target for `estimate`: at most 0.05), and the smallest at"
+        " 2 x max_ece with 3,000 rows (target for `estimate`: at least 0.95):",
+        "",
+    ]
+    summary = [
+        [population]
+        + [_f(low.get(population, {}).get(rule, _NAN)) for rule in rules]
+        + [_f(high.get(population, {}).get(rule, _NAN)) for rule in rules]
+        for population in sorted(set(low) | set(high))
+    ]
+    header = ["population"]
+    header += [f"{rule}: worst at <= 0.5 x" for rule in rules]
+    header += [f"{rule}: least at 2 x" for rule in rules]
+    misses = [
+        f"{population} estimate fails {low[population]['estimate']:.3f} at <= 0.5 x"
+        for population in low
+        if low[population]["estimate"] > GATE_FALSE_FAIL_TARGET
+    ] + [
+        f"{population} estimate fails only {high[population]['estimate']:.3f} at 2 x"
+        for population in high
+        if high[population]["estimate"] < GATE_POWER_TARGET
+    ]
+    return lines + _table(header, summary) + _verdict(misses)
 
 
 def time_section(results: dict[tuple[str, tuple[Any, ...]], Arrays]) -> list[str]:
@@ -884,6 +945,29 @@ def render(
     return text
 
 
+#: The tables ``--only`` can rerun alone, with their section titles.
+SECTION_OF = {"gate": "3. The review gate"}
+
+
+def _splice(existing: str, fresh: str, title: str, commit: str) -> str:
+    """``existing`` with its section ``title`` replaced by ``fresh``'s, which notes its run."""
+
+    def section(text: str) -> tuple[int, int]:
+        start = text.index(f"\n## {title}\n")
+        end = text.find("\n## ", start + 1)
+        return start, len(text) if end < 0 else end
+
+    start, end = section(fresh)
+    body = fresh[start:end]
+    head, _, rest = body.partition("\n\n")
+    note = (
+        f"This section was rerun alone (`{' '.join(sys.argv[1:])}`) at commit {commit} on"
+        f" {datetime.now(UTC).date().isoformat()}; the other sections are from the run above."
+    )
+    old_start, old_end = section(existing)
+    return existing[:old_start] + f"{head}\n\n{note} {rest}" + existing[old_end:]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=1000)
@@ -892,11 +976,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default="bench/results/statistics-tables.md")
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--only",
+        choices=sorted(SECTION_OF),
+        help="run one table and replace only its section of --out (the rest is kept)",
+    )
     args = parser.parse_args(argv)
     commit = current_commit()
     jobs = jobs_of(args.reps, args.tail_reps, args.weeks, args.quick)
+    if args.only:
+        jobs = [j for j in jobs if j.table.split("_")[0] == args.only]
     results = run_all(jobs, args.processes)
-    Path(args.out).write_text(render(results, args, commit))
+    text = render(results, args, commit)
+    if args.only:
+        text = _splice(Path(args.out).read_text(), text, SECTION_OF[args.only], commit)
+    Path(args.out).write_text(text)
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

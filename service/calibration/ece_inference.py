@@ -34,6 +34,10 @@ inverses, so every bound and its test agree. The gap's noise is handled the same
 at a time. Sampling weights add ``(sum w_m d_m^2 - ECE^2) / N`` to each variance (the population
 ECE weighs bins by their population shares, not by this sample's).
 
+Tables of at most ``EXACT_TOTAL`` rows also carry ``calibrated_tail``, the exact tail of their
+ECE under perfect calibration (every outcome enumerated): a floor under every exceedance
+p-value, where the cumulant tails of a handful of rows can be far too thin.
+
 ``p_value`` tests perfect calibration and is dual to the interval: ``p < 0.05`` exactly when the
 95% interval's lower bound exceeds 0. ``exceedance_p_value(tau)`` is the one-sided p-value of
 "theta <= tau", dual to ``lower_bound``: ``p < alpha`` exactly when ``lower_bound(alpha) > tau``.
@@ -66,6 +70,9 @@ SPAN = 160
 UPPER_VARIANCE_Z = 1.0
 #: Below this |skewness| the tails are normal (the gamma's shape would exceed 4e6).
 _NORMAL_SKEW = 1e-3
+#: Tables of at most this many rows also get the exact tail of their ECE under perfect
+#: calibration, a floor under every exceedance p-value (``calibrated_tail``).
+EXACT_TOTAL = 12
 #: Bins with at most this many rows use exact binomial moments in the debiased estimate.
 EXACT_ROWS = 100
 _TIERS = (12, 35, EXACT_ROWS)
@@ -86,7 +93,9 @@ class EceInference:
     success: > 0 over-confident); ``p_value`` tests "every bin is calibrated". The remaining
     fields describe the noise (module docstring): the noise ECE's mean, variance and third
     cumulant, the variance and third cumulant of the in-the-large gap's noise ``sum w_m e_m``,
-    and the variance of the signed noise behind the upper bound. All NaN without rows.
+    and the variance of the signed noise behind the upper bound; ``calibrated_tail`` the exact
+    ``P(ECE >= observed)`` under perfect calibration for tables of at most ``EXACT_TOTAL`` rows
+    (0 above: no floor). All NaN without rows.
     """
 
     ece: float
@@ -101,6 +110,7 @@ class EceInference:
     gap_variance: float
     gap_third: float
     signed_variance: float
+    calibrated_tail: float = 0.0
 
     @property
     def interval(self) -> tuple[float, float]:
@@ -132,6 +142,7 @@ class EceInferences:
     gap_variance: FloatArray
     gap_third: FloatArray
     signed_variance: FloatArray
+    calibrated_tail: FloatArray
 
     def __getitem__(self, i: int) -> EceInference:
         return EceInference(*(float(getattr(self, f.name)[i]) for f in fields(self)))
@@ -180,6 +191,7 @@ class _Noise:
     third: FloatArray
     gap_variance: FloatArray
     gap_third: FloatArray
+    calibrated_tail: FloatArray
 
     @classmethod
     def of(cls, inference: EceInference | EceInferences) -> _Noise:
@@ -194,6 +206,7 @@ class _Noise:
             array("noise_third"),
             array("gap_variance"),
             array("gap_third"),
+            array("calibrated_tail"),
         )
 
     def _gap_third(self) -> FloatArray:
@@ -204,6 +217,8 @@ class _Noise:
         abs_tail = upper_tail(self.ece - tau, self.mean, self.variance, self.third)
         side_tail = upper_tail(np.abs(self.gap) - tau, 0.0, self.gap_variance, self._gap_third())
         p = np.minimum(1.0, 2.0 * np.minimum(abs_tail, 2.0 * side_tail))
+        # Perfect calibration lies in every null "theta <= tau": its exact tail is a floor.
+        p = np.maximum(p, self.calibrated_tail)
         return np.where(np.isnan(self.ece), np.nan, p)
 
     def lower_bound(self, alpha: float) -> FloatArray:
@@ -289,6 +304,7 @@ def _infer(n: FloatArray, c: FloatArray, k: FloatArray, alpha: float) -> EceInfe
         third=(w**3 * (m3 - 3.0 * m1 * m2 + 2.0 * m1**3)).sum(axis=1),
         gap_variance=(n * variance).sum(axis=1) / total**2 + gap_weight_variance,
         gap_third=-(n * variance * (1.0 - 2.0 * p)).sum(axis=1) / total**3,
+        calibrated_tail=calibrated_tail(n, c, ece),
     )
     signed_variance = (w * w * upper_p * (1.0 - upper_p) / safe).sum(axis=1) + weight_variance
     lower = noise.lower_bound(alpha)
@@ -309,7 +325,44 @@ def _infer(n: FloatArray, c: FloatArray, k: FloatArray, alpha: float) -> EceInfe
         gap_variance=noise.gap_variance + nan,
         gap_third=noise.gap_third + nan,
         signed_variance=signed_variance + nan,
+        calibrated_tail=noise.calibrated_tail + nan,
     )
+
+
+def calibrated_tail(n: FloatArray, c: FloatArray, ece: FloatArray) -> FloatArray:
+    """(S,) exact ``P(ECE >= observed)`` under perfect calibration (``K_m ~ Binomial(n_m,
+    c_m)``) for tables of at most ``EXACT_TOTAL`` rows, by enumerating every outcome; 0 for
+    larger tables, where the cumulant tails are used alone.
+
+    The noise model's tails are asymptotic: on a handful of rows they can put no mass where
+    the exact distribution puts much (one wrong prediction at confidence 0.9: the tails say
+    p = 0, the exact tail is 0.1). Perfect calibration belongs to every null "theta <= tau", so
+    this tail is a floor under every exceedance p-value.
+    """
+    out = np.zeros(n.shape[0])
+    totals = n.sum(axis=1)
+    for s in np.flatnonzero((totals > 0) & (totals <= EXACT_TOTAL)):
+        total = totals[s]
+        values, probabilities = np.zeros(1), np.ones(1)
+        for rows, mean in zip(n[s], c[s], strict=True):
+            if rows <= 0:
+                continue
+            k = np.arange(int(rows) + 1, dtype=np.float64)
+            pmf = np.exp(
+                gammaln(rows + 1.0)
+                - gammaln(k + 1.0)
+                - gammaln(rows - k + 1.0)
+                + k * np.log(max(mean, 1e-300))
+                + (rows - k) * np.log(max(1.0 - mean, 1e-300))
+            )
+            step = rows / total * np.abs(mean - k / rows)
+            values = np.round((values[:, None] + step[None, :]).ravel(), 12)
+            probabilities = (probabilities[:, None] * pmf[None, :]).ravel()
+            merged, where = np.unique(values, return_inverse=True)
+            probabilities = np.bincount(where, probabilities, merged.size).astype(np.float64)
+            values = np.asarray(merged, dtype=np.float64)
+        out[s] = min(1.0, probabilities[values >= ece[s] - 1e-9].sum())
+    return out
 
 
 def _upper_variance_point(c: FloatArray, k: FloatArray, n: FloatArray) -> FloatArray:

@@ -6,11 +6,12 @@ and measured its held-out set itself (``POST /v1/contracts/fit``, ``calmon fit``
 when the registrant sent the baseline; ``require_measured_baseline`` fails a supplied baseline
 unless a fresh ``evaluation`` is sent, which calmon then measures and judges instead.
 
-The ECE check is a one-sided test of the policy: it fails when the held-out set shows the true
-ECE above ``max_ece`` (``ece_inference``: the one-sided 95% lower bound exceeds it, p <
-``GATE_ALPHA``); a two-class multiclass model is judged in its positive-class view too, each
-view at half the level. ``calibrator_bound`` fails a temperature that stopped on the range the
-fit searches (``calibrators.bound_warning``). The NLL check is the paired test of
+The ECE check judges ``max_ece`` by the policy's ``ece_rule`` (``service.gate.ece_rule``): by
+default it fails when the debiased ECE exceeds ``max_ece``; ``shown_above`` fails only when the
+evidence shows the ECE above it, ``shown_below`` unless the evidence shows it at or below (the
+older ``max_ece_ci_upper`` adds such a check at its own limit). A two-class multiclass model is
+judged in its positive-class view too. ``calibrator_bound`` fails a temperature that stopped on
+the range the fit searches (``calibrators.bound_warning``). The NLL check is the paired test of
 ``nll_comparison`` (a bootstrap-t bound where the rows were at hand).
 The reply never gives the ECE alone: the evidence carries the reliability table with counts and
 Wilson intervals beside the ECE, its debiased value and interval, and the NLL before and after.
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from service.calibration import (
@@ -41,10 +42,9 @@ from service.common.hashing import sha256_of
 from service.contracts.fitting import baseline_split
 from service.contracts.labeled_sets import LabeledSet, parse_labeled_set
 from service.contracts.model import BaselineSource, Contract
+from service.gate.ece_rule import EceRule, judge_ece
 from service.gate.requests import GateRequest
 
-#: The eval_ece check's level: it fails when p < 0.05 for "the true ECE is at most max_ece".
-GATE_ALPHA = 0.05
 _REQUIRED_FIELDS = (
     "checkpoint",
     "population",
@@ -78,10 +78,14 @@ class Check:
 
 @dataclass(frozen=True)
 class GateOutcome:
+    """A decision with its checks, evidence and policy; ``ece_views`` are the reliability views
+    (name, inference) the ECE check judged, so another ``ece_rule`` can judge them too."""
+
     decision: str
     checks: tuple[Check, ...]
     evidence: dict[str, Any]
     policy: dict[str, Any]
+    ece_views: tuple[tuple[str, EceInference], ...] = field(default=(), compare=False)
 
     @property
     def evidence_sha256(self) -> str:
@@ -167,33 +171,8 @@ def _eval_samples(e: _Evidence) -> Check:
 
 def _eval_ece(e: _Evidence) -> Check:
     limit = e.policy["max_ece"]
-    alpha = GATE_ALPHA / len(e.views)
-    judged = [
-        (name, inference, inference.exceedance_p_value(limit), inference.lower_bound(alpha))
-        for name, inference in e.views
-    ]
-    failed = [j for j in judged if j[2] < alpha]
-    name, inference, p, lower = failed[0] if failed else max(judged, key=lambda j: j[3])
-    shown = f"{name} view: one-sided {1 - alpha:.1%} lower bound {_fmt(lower)}, p = {p:.2g}"
-    if math.isnan(inference.ece):
-        message = "no held-out predictions to judge"
-    elif failed:
-        message = (
-            f"the held-out set shows the ECE above max_ece {limit:.4f} ({shown}; debiased "
-            f"ECE {_fmt(inference.debiased)})"
-        )
-    else:
-        message = (
-            f"the held-out set does not show the ECE above max_ece {limit:.4f} ({shown}; "
-            f"debiased ECE {_fmt(inference.debiased)})"
-        )
-    observed = {
-        "view": name,
-        "ece_debiased": _number(inference.debiased),
-        "lower_bound": _number(lower),
-        "p_value": _number(p),
-    }
-    return Check("eval_ece", not failed, observed, limit, message)
+    verdict = judge_ece(EceRule(e.policy["ece_rule"]), e.views, limit)
+    return Check("eval_ece", verdict.passed, verdict.observed, limit, verdict.message)
 
 
 def _calibrator_bound(e: _Evidence) -> Check:
@@ -208,16 +187,13 @@ def _calibrator_bound(e: _Evidence) -> Check:
 
 
 def _eval_ece_ci_upper(e: _Evidence) -> Check | None:
+    """``max_ece_ci_upper``, the older spelling of ``shown_below``: its own check and limit."""
     limit = e.policy.get("max_ece_ci_upper")
     if limit is None:
         return None
-    upper = e.inference.upper
+    verdict = judge_ece(EceRule.SHOWN_BELOW, e.views[:1], limit, "max_ece_ci_upper")
     return Check(
-        "eval_ece_ci_upper",
-        upper <= limit,
-        upper,
-        limit,
-        f"upper bound of the ECE's 95% interval {_fmt(upper)} against {limit:.4f}",
+        "eval_ece_ci_upper", verdict.passed, _number(e.inference.upper), limit, verdict.message
     )
 
 
@@ -341,7 +317,7 @@ def evaluate_gate(
         "bin_edges": list(contract.spec.bin_edges),
     }
     decision = "pass" if all(c.passed for c in checks) else "fail"
-    return GateOutcome(decision, checks, evidence, policy)
+    return GateOutcome(decision, checks, evidence, policy, tuple(e.views))
 
 
 def _gather(

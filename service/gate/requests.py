@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from pydantic import (
+    Field,
     PlainValidator,
     ValidationError,
     ValidationInfo,
@@ -26,11 +27,13 @@ from service.common.declared import (
     Fraction,
     Name,
     integer_in,
+    one_of,
     problem,
     problems,
 )
 from service.common.errors import ErrorCollector
 from service.contracts.labeled_sets import LABELED_SET_SCHEMA
+from service.gate.ece_rule import EceRule
 
 #: Largest sample-count threshold a policy may set (more rows than any request can carry).
 MAX_SAMPLES = 10**9
@@ -68,6 +71,7 @@ def _evaluation(value: Any, info: ValidationInfo) -> Any:
 
 #: The policy's defaults: ``max_ece`` falls back to the contract's own policy threshold.
 DEFAULT_GATE_POLICY: dict[str, Any] = {
+    "ece_rule": EceRule.ESTIMATE.value,
     "max_ece_ci_upper": None,
     "min_eval_samples": 500,
     "min_bin_samples": 0,
@@ -98,7 +102,22 @@ class GatePolicy(BodyModel):
     or null ``max_ece`` is the contract policy's."""
 
     max_ece: GateFraction | None = None
-    max_ece_ci_upper: GateFraction | None = None
+    ece_rule: Annotated[
+        one_of([rule.value for rule in EceRule]),  # type: ignore[valid-type]
+        Field(
+            description="how eval_ece judges max_ece: estimate (the debiased ECE must not "
+            "exceed it), shown_above (fail only when the one-sided 95% evidence shows the ECE "
+            "above it), shown_below (the 95% interval's upper bound must not exceed it)"
+        ),
+    ] = DEFAULT_GATE_POLICY["ece_rule"]
+    max_ece_ci_upper: Annotated[
+        GateFraction | None,
+        Field(
+            description="the older spelling of ece_rule shown_below: adds the check "
+            "eval_ece_ci_upper, the 95% interval's upper bound against this number",
+            deprecated=True,
+        ),
+    ] = None
     min_eval_samples: SampleCount = DEFAULT_GATE_POLICY["min_eval_samples"]
     min_bin_samples: SampleCount = DEFAULT_GATE_POLICY["min_bin_samples"]
     require_nll_improvement: bool = DEFAULT_GATE_POLICY["require_nll_improvement"]

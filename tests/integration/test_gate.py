@@ -18,6 +18,7 @@ from sqlalchemy import text
 
 from service.calibration import fit_temperature
 from service.db.database import Database
+from service.gate.ece_rule import fmt
 from tests.integration.conftest import ADMIN_TOKEN, Auth
 from tests.integration.factories import (
     REFERENCE_FIT_LABELS,
@@ -113,7 +114,12 @@ def test_a_calibrated_model_passes_and_decisions_are_stored(
     evidence = decision["evidence"]
     assert evidence["ece_ci"][0] <= evidence["ece_debiased"] <= evidence["ece"]
     assert evidence["nll_difference"]["tolerance"] > 0
-    lenient = gate(client, auth, contract_id=contract["id"], policy={**policy, "max_ece": 0.0001})
+    lenient = gate(
+        client,
+        auth,
+        contract_id=contract["id"],
+        policy={**policy, "max_ece": 0.0001, "ece_rule": "shown_above"},
+    )
     assert lenient["decision"] == "pass", "a calibrated set shows no miscalibration to fail on"
     assert "does not show the ECE above" in checks_of(lenient)["eval_ece"]["message"]
     strict = gate(
@@ -125,6 +131,7 @@ def test_a_calibrated_model_passes_and_decisions_are_stored(
         f"/v1/gate/decisions?contract_id={contract['id']}", headers=auth.headers("reader")
     ).get_json()["decisions"]
     assert [d["id"] for d in listed] == [strict["id"], lenient["id"], decision["id"]]
+    assert listed[1]["policy"]["ece_rule"] == "shown_above"
     assert listed[2]["evidence"] == decision["evidence"]
     by_model = client.get("/v1/gate/decisions?model=big", headers=auth.headers()).get_json()
     assert len(by_model["decisions"]) == 3
@@ -143,7 +150,13 @@ def test_the_gate_fails_a_miscalibrated_set_and_a_harmful_calibrator(
     over = gate(client, auth, contract_id=contract["id"], evaluation=sharper, policy=policy)
     ece = checks_of(over)["eval_ece"]
     assert not ece["passed"] and ece["observed"]["lower_bound"] > 0.05
-    assert "shows the ECE above max_ece" in ece["message"]
+    debiased, (lower, upper) = ece["observed"]["ece_debiased"], ece["observed"]["ece_ci"]
+    assert ece["message"] == (
+        f"debiased ECE {fmt(debiased)} is above max_ece 0.05, and the one-sided 95% lower "
+        f"bound {fmt(ece['observed']['lower_bound'])} is above half of it; 95% interval "
+        f"[{fmt(lower)}, {fmt(upper)}]"
+    )
+    assert over["policy"]["ece_rule"] == "estimate"
     assert checks_of(over)["nll_improvement"]["passed"]
     _, softer, _ = calibrated_sets(3000, seed=6, sharpen=0.7)
     harmed = checks_of(
@@ -151,6 +164,52 @@ def test_the_gate_fails_a_miscalibrated_set_and_a_harmful_calibrator(
     )["nll_improvement"]
     assert not harmed["passed"]
     assert harmed["observed"]["lower_bound"] > harmed["threshold"] > 0
+
+
+def test_max_ece_is_the_number_checked_whatever_the_interval_holds(
+    client: FlaskClient, auth: Auth
+) -> None:
+    """A debiased ECE above max_ece fails by default even when the interval holds max_ece;
+    each rule is chosen by name and states itself in the message."""
+    fit_set, eval_set, _ = calibrated_sets(2000, seed=4, sharpen=2.0)
+    contract = fitted(client, auth, fit_body("threshold", fit=fit_set, eval=eval_set))
+    _, sharper, _ = calibrated_sets(3000, seed=5, sharpen=4.0)
+
+    def eval_ece(**policy: Any) -> dict[str, Any]:
+        decision = gate(client, auth, contract_id=contract["id"], evaluation=sharper, policy=policy)
+        assert decision["policy"]["ece_rule"] == policy.get("ece_rule", "estimate")
+        return checks_of(decision)["eval_ece"]
+
+    observed = eval_ece(max_ece=0.05)["observed"]
+    lower, upper = observed["ece_ci"]
+    limit = round((observed["ece_debiased"] + lower) / 2, 4)
+    assert lower < limit < observed["ece_debiased"] < upper
+    by_default = eval_ece(max_ece=limit)
+    assert not by_default["passed"]
+    assert by_default["message"].startswith(
+        f"debiased ECE {fmt(observed['ece_debiased'])} is above max_ece {fmt(limit)}"
+    )
+    assert by_default["observed"]["rule"] == "estimate"
+    shown_above = eval_ece(max_ece=limit, ece_rule="shown_above")
+    assert shown_above["passed"], shown_above["message"]
+    assert shown_above["message"].startswith("the one-sided 95% lower bound")
+    shown_below = eval_ece(max_ece=round(upper + 0.001, 4), ece_rule="shown_below")
+    assert shown_below["passed"], shown_below["message"]
+    assert "shows the ECE at or below it" in shown_below["message"]
+
+
+def test_an_unknown_ece_rule_is_a_422_naming_it(client: FlaskClient, auth: Auth) -> None:
+    contract = fitted(client, auth)
+    response = client.post(
+        "/v1/gate",
+        json={"contract_id": contract["id"], "policy": {"ece_rule": "roughly"}},
+        headers=auth.headers(),
+    )
+    assert response.status_code == 422
+    details = response.get_json()["error"]["details"]
+    assert details == [
+        {"field": "policy.ece_rule", "message": "must be one of estimate, shown_above, shown_below"}
+    ]
 
 
 def test_a_fresh_evaluation_set_is_measured_and_the_fit_set_is_refused(
@@ -425,6 +484,11 @@ def test_the_evidence_says_who_measured_the_baseline(client: FlaskClient, auth: 
     assert "supplied by the registrant" in gate_report(by_registrant)
     assert "measured by calmon when it fitted" in gate_report(by_calmon)
     assert "a fresh evaluation set" in gate_report(evaluated)
+    ece = checks_of(evaluated)["eval_ece"]
+    assert f"  [{'PASS' if ece['passed'] else 'FAIL'}] eval_ece           {ece['message']}" in (
+        gate_report(evaluated).splitlines()
+    )
+    assert ece["message"].startswith("debiased ECE ")
 
 
 HOSTILE = "1" + "0" * 400

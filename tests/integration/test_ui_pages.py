@@ -4,6 +4,7 @@ reliability and the history chart (both backends, through the Flask client)."""
 from __future__ import annotations
 
 import html
+import json
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -179,6 +180,17 @@ def test_the_fleet_overview_shows_the_model_in_alert_first_with_its_cohort_and_s
     assert calm_rows == [], "a model without alerts lists no slices"
 
 
+def _significant(value: Any) -> Any:
+    """Every float of ``value`` to 4 significant digits."""
+    if isinstance(value, float):
+        return float(f"{value:.4g}")
+    if isinstance(value, list):
+        return [_significant(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _significant(v) for k, v in value.items()}
+    return value
+
+
 def test_the_gate_decision_page_shows_checks_policy_evidence_and_its_audit_hashes(
     client: FlaskClient, auth: Auth
 ) -> None:
@@ -191,13 +203,18 @@ def test_the_gate_decision_page_shows_checks_policy_evidence_and_its_audit_hashe
     assert doc.find("span", id="decision")[0].all_text() == decision["decision"]
     rows = doc.find("table", id="checks")[0].iter("tr")[1:]
     assert [r.attrs["data-check"] for r in rows] == [c["name"] for c in decision["checks"]]
+    ece = next(c for c in decision["checks"] if c["name"] == "eval_ece")
+    assert ece["message"].startswith("debiased ECE ") and "95% interval [" in ece["message"]
+    assert any(len(repr(v)) > 8 for v in ece["observed"].values() if isinstance(v, float))
     for row, check in zip(rows, decision["checks"], strict=True):
         cells = [c.all_text().strip() for c in row.iter("td")]
         assert cells[0] == ("passed" if check["passed"] else "failed")
         assert cells[3] == check["message"]
         for shown, value in ((cells[1], check["observed"]), (cells[2], check["threshold"])):
             if isinstance(value, float):
-                assert shown == f"{value:.4f}"
+                assert shown == str(float(f"{value:.4g}"))
+            elif isinstance(value, dict):
+                assert json.loads(html.unescape(shown)) == _significant(value)
             elif isinstance(value, bool):
                 assert shown == ("yes" if value else "no")
             elif isinstance(value, int):

@@ -18,6 +18,7 @@ otherwise sign a reader's browser in with its own token, or out.
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import datetime
 from typing import Any
@@ -97,6 +98,19 @@ def security_headers(response: Response) -> Response:
 def _segment(value: Any) -> str:
     """A value as one percent-encoded URL path segment."""
     return quote(str(value), safe="")
+
+
+@bp.app_template_filter("significant")
+def _significant(value: Any) -> Any:
+    """``value`` with every float in it (inside lists and objects too) rounded to 4 significant
+    digits, for the gate page's observed values and thresholds."""
+    if isinstance(value, float):
+        return float(f"{value:.4g}") if math.isfinite(value) else value
+    if isinstance(value, list):
+        return [_significant(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _significant(v) for k, v in value.items()}
+    return value
 
 
 @bp.app_template_filter("age")
