@@ -24,7 +24,6 @@ from service.common.errors import (
     NotFound,
     ValidationFailed,
 )
-from service.common.json_text import JsonText
 from service.config import Settings
 from service.contracts import store as contracts_store
 from service.contracts.model import Contract
@@ -177,19 +176,13 @@ def ingest_predictions(
     body: Mapping[str, Any],
     settings: Settings,
     now: datetime,
-    text: JsonText | None = None,
 ) -> PredictionsAccepted:
-    """Store a batch of predictions idempotently and join any labels that were waiting.
-
-    ``text`` is the JSON text ``body`` was decoded from, if any, held to the rule that no object
-    repeats a key (``service.common.json_text``) before anything is written."""
-    envelope = parse_envelope(body, "predictions", MAX_BATCH_ITEMS, text)
+    """Store a batch of predictions idempotently and join any labels that were waiting."""
+    envelope = parse_envelope(body, "predictions", MAX_BATCH_ITEMS)
     _model_or_404(session, envelope.model)
     contract = _binding_contract(session, envelope.model, envelope.contract_id, now)
     spec = contract.spec
-    batch = parse_predictions(
-        envelope.items, task=spec.task, n_classes=len(spec.classes), now=now, text=envelope.text
-    )
+    batch = parse_predictions(envelope.items, task=spec.task, n_classes=len(spec.classes), now=now)
     return _store_predictions(session, envelope.model, contract, batch, settings, now)
 
 
@@ -343,23 +336,18 @@ def ingest_labels(
     body: Mapping[str, Any],
     settings: Settings,
     now: datetime,
-    text: JsonText | None = None,
 ) -> LabelsApplied:
     """Join labels to their predictions; keep early ones pending; report duplicates/conflicts.
 
     A label is read by the classes of the contract its prediction is bound to: one that
     contract does not have refuses the batch (422 naming the item), nothing written. A label
     waiting for its prediction needs only to be a class of some version of the model; it is
-    judged when its prediction arrives (``ingest_predictions``).
-
-    ``text``: as for ``ingest_predictions``."""
-    envelope = parse_envelope(body, "labels", MAX_BATCH_ITEMS, text)
+    judged when its prediction arrives (``ingest_predictions``)."""
+    envelope = parse_envelope(body, "labels", MAX_BATCH_ITEMS)
     _model_or_404(session, envelope.model)
     versions = {v.id: v for v in contracts_store.model_classes(session, envelope.model)}
     index_of, n_classes = known_labels([v.classes for v in versions.values()])
-    batch = parse_labels(
-        envelope.items, index_of=index_of, n_classes=n_classes, now=now, text=envelope.text
-    )
+    batch = parse_labels(envelope.items, index_of=index_of, n_classes=n_classes, now=now)
     return _store_labels(session, envelope.model, versions, batch, settings, now)
 
 

@@ -34,7 +34,7 @@ from service.stream.windows import (
 )
 from service.web.arrow_body import arrow_batch_body, is_arrow
 from service.web.auth import requires
-from service.web.bodies import json_batch_body
+from service.web.bodies import json_body
 from service.web.db_session import database, db_session
 from service.web.operations import ARROW_STREAM, CSV, JSON, operation
 from service.web.queries import (
@@ -94,8 +94,7 @@ def predictions() -> Response:
         )
     else:
         NoQuery.parse()
-        body, text = json_batch_body()
-        result = ingestion.ingest_predictions(db_session(), body, _settings(), utcnow(), text)
+        result = ingestion.ingest_predictions(db_session(), json_body(), _settings(), utcnow())
     PREDICTIONS_INGESTED.labels(result.model).inc(result.accepted)
     return reply(PredictionsAccepted, result.to_dict())
 
@@ -122,8 +121,7 @@ def labels() -> Response:
         )
     else:
         NoQuery.parse()
-        body, text = json_batch_body()
-        result = ingestion.ingest_labels(db_session(), body, _settings(), utcnow(), text)
+        result = ingestion.ingest_labels(db_session(), json_body(), _settings(), utcnow())
     for outcome, count in (
         ("joined", result.joined),
         ("pending", result.pending),
