@@ -6,9 +6,10 @@ import csv
 import io
 from dataclasses import asdict
 from datetime import datetime, timedelta
+from typing import Annotated
 
 from flask import Blueprint, Response, current_app
-from pydantic import Field
+from pydantic import Field, WithJsonSchema
 
 from service.auth.tokens import Permission
 from service.common.clock import utcnow
@@ -23,7 +24,7 @@ from service.export.instruments import (
 from service.stream import fold, ingestion
 from service.stream import history as histories
 from service.stream import readings as monitoring
-from service.stream.cohorts import ALL, KEY_PATTERN, parse_slice_query
+from service.stream.cohorts import ALL, KEY_PATTERN, MAX_LENGTH, parse_slice_query
 from service.stream.replies import Calibration, Cohorts, History, LabelsApplied, PredictionsAccepted
 from service.stream.windows import (
     DURATION_HINT,
@@ -138,6 +139,20 @@ def labels() -> Response:
 DurationParam = matching(DURATION_PATTERN, DURATION_HINT)
 
 
+#: A cohort slice as a query parameter: ``all``, ``key:value`` or ``key=value`` (a value of
+#: 1-``MAX_LENGTH`` characters, without ``:`` in the ``=`` form); checked by ``_cohort``.
+_KEY = KEY_PATTERN.pattern.removesuffix("\\Z")
+CohortParam = Annotated[
+    TextParam,
+    WithJsonSchema(
+        {
+            "type": "string",
+            "pattern": f"^(all|{_KEY}:.{{1,{MAX_LENGTH}}}|{_KEY}=[^:]{{1,{MAX_LENGTH}}})$",
+        }
+    ),
+]
+
+
 def _cohort(raw: str | None) -> str:
     """The ``cohort`` query parameter (``key:value`` or ``key=value``; default ``all``)."""
     try:
@@ -156,7 +171,7 @@ class WindowQuery(Query):
     window: DurationParam = None  # type: ignore[valid-type]
     start: TimestampParam = None
     end: TimestampParam = None
-    cohort: TextParam = None
+    cohort: CohortParam = None
 
     def slice(self) -> str:
         """The cohort slice's name (``all`` or ``key=value``)."""
@@ -240,7 +255,7 @@ class HistoryRangeQuery(Query):
     start: TimestampParam = None
     end: TimestampParam = None
     step: DurationParam = None  # type: ignore[valid-type]
-    cohort: TextParam = None
+    cohort: CohortParam = None
 
     def slice(self) -> str:
         """The cohort slice's name (``all`` or ``key=value``)."""
