@@ -85,21 +85,20 @@ def main() -> None:
     names = [str(k) for k in range(args.classes)]
 
     def predictions() -> object:
-        text = JsonText.of(raw_predictions, ["predictions"])
-        envelope = parse_envelope(orjson.loads(raw_predictions), "predictions", MAX_ITEMS, text)
-        return parse_predictions(
-            envelope.items, task="multiclass", n_classes=args.classes, now=now, text=envelope.text
-        )
+        body = orjson.loads(raw_predictions)
+        JsonText.of(raw_predictions, ["predictions"]).check(body)
+        envelope = parse_envelope(body, "predictions", MAX_ITEMS)
+        return parse_predictions(envelope.items, task="multiclass", n_classes=args.classes, now=now)
 
     def labels() -> object:
-        text = JsonText.of(raw_labels, ["labels"])
-        envelope = parse_envelope(orjson.loads(raw_labels), "labels", MAX_ITEMS, text)
+        body = orjson.loads(raw_labels)
+        JsonText.of(raw_labels, ["labels"]).check(body)
+        envelope = parse_envelope(body, "labels", MAX_ITEMS)
         return parse_labels(
             envelope.items,
             index_of={name: k for k, name in enumerate(names)},
             n_classes=len(names),
             now=now,
-            text=envelope.text,
         )
 
     print(f"| batch of {args.items:,} | median ms | best ms |\n|---|---|---|")

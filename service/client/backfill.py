@@ -4,22 +4,27 @@ Files: CSV (``.csv``), Parquet (``.parquet``, ``.pq``) or Arrow (``.arrow``, ``.
 ``.feather``, ``.ipc``: the IPC file or stream format), read in record batches, with the columns
 of an Arrow body: predictions ``id``, ``ts``, ``logits`` or ``score``, one column per cohort key;
 labels ``id``, ``label``, ``ts``. In a CSV file ``logits`` is a JSON array per row
-(``"[1.2, -0.3, 0.5]"``) and ``ts`` RFC 3339 text with a zone. Ingest is idempotent by id, so
-a run cut short can be repeated whole: what was stored before counts as duplicates, not twice.
+(``"[1.2, -0.3, 0.5]"``) and ``ts`` RFC 3339 text with a zone. An empty cohort cell (an empty
+CSV cell, a null) leaves that key out of that row's cohort. A logits cell that is not an array
+of numbers as wide as the rows before it stops the run with an error naming its row (counted
+from 1, the header not counted) and column. Ingest is idempotent by id, so a run cut short can
+be repeated whole: what was stored before counts as duplicates, not twice.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-import time
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from types import TracebackType
+from typing import Any, TextIO
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
@@ -28,6 +33,10 @@ from service.client.columns import TIMESTAMP
 
 #: Rows read per record batch.
 READ_ROWS = 50_000
+#: Seconds between two progress lines when the output is not a terminal (a terminal's line is
+#: redrawn every ``TTY_PROGRESS_SECONDS``).
+PROGRESS_SECONDS = 5.0
+TTY_PROGRESS_SECONDS = 0.5
 
 
 class UnreadableFile(ValueError):
@@ -80,20 +89,56 @@ def _times(batch: pa.RecordBatch) -> np.ndarray:
         raise UnreadableFile(f"ts: {exc}") from None
 
 
-def _inputs(batch: pa.RecordBatch) -> np.ndarray:
+def _inputs(batch: pa.RecordBatch, first_row: int) -> np.ndarray:
+    """The logits as (N, K) float64 or the scores as (N,); ``UnreadableFile`` naming the file
+    row (``first_row`` is the batch's first) of a logits cell that is not an array of numbers
+    as wide as the rows before it."""
     names = batch.schema.names
     if "logits" in names:
         column = batch.column("logits")
-        if pa.types.is_string(column.type):
-            try:
-                return np.array([json.loads(v) for v in column.to_pylist()], dtype=np.float64)
-            except (ValueError, TypeError) as exc:
-                raise UnreadableFile(f"logits: expected a JSON array of numbers: {exc}") from None
         rows = column.to_pylist()
-        return np.array(rows, dtype=np.float64)
+        if pa.types.is_string(column.type):
+            rows = [_json_cell(v, first_row + i) for i, v in enumerate(rows)]
+        try:
+            return np.array(rows, dtype=np.float64)
+        except (ValueError, TypeError):
+            row, problem = _bad_logits(rows)
+            raise UnreadableFile(f"row {first_row + row:,}, column logits: {problem}") from None
     if "score" in names:
         return batch.column("score").to_numpy(zero_copy_only=False).astype(np.float64)
     raise UnreadableFile("expected a logits or a score column")
+
+
+def _json_cell(text: str | None, row: int) -> Any:
+    try:
+        return json.loads(text or "")
+    except ValueError as exc:
+        raise UnreadableFile(
+            f"row {row:,}, column logits: expected a JSON array of numbers: {exc}"
+        ) from None
+
+
+def _bad_logits(rows: list[Any]) -> tuple[int, str]:
+    """The index of the first row that is not a list of numbers as long as the first row's,
+    and what is wrong with it."""
+    width = None
+    for i, row in enumerate(rows):
+        if not isinstance(row, list) or not all(
+            isinstance(x, int | float) and not isinstance(x, bool) for x in row
+        ):
+            return i, f"expected an array of numbers, got {json.dumps(row)[:80]}"
+        if width is None:
+            width = len(row)
+        elif len(row) != width:
+            return i, f"{len(row)} logits where the rows before hold {width}"
+    return 0, "expected arrays of numbers"
+
+
+def _cohort_column(column: pa.Array) -> list[str | None]:
+    """A cohort key's values as text, an empty cell (empty text or null) as None: the key is
+    left out of that row's cohort."""
+    text = column.cast(pa.string())
+    return pc.if_else(pc.equal(text, ""), pa.scalar(None, pa.string()), text).to_pylist()
 
 
 def _required(batch: pa.RecordBatch, names: tuple[str, ...]) -> None:
@@ -102,8 +147,9 @@ def _required(batch: pa.RecordBatch, names: tuple[str, ...]) -> None:
         raise UnreadableFile(f"missing column(s): {', '.join(missing)}")
 
 
-def log_batch(client: Calmon, kind: str, batch: pa.RecordBatch) -> int:
-    """Queue one record batch of ``kind`` (``predictions`` or ``labels``); rows queued."""
+def log_batch(client: Calmon, kind: str, batch: pa.RecordBatch, first_row: int = 1) -> int:
+    """Queue one record batch of ``kind`` (``predictions`` or ``labels``) whose first row is
+    the file's row ``first_row``; rows queued."""
     if batch.num_rows == 0:
         return 0
     if kind == "labels":
@@ -112,12 +158,12 @@ def log_batch(client: Calmon, kind: str, batch: pa.RecordBatch) -> int:
         return client.log_labels(batch.column("id").to_pylist(), labels, _times(batch))
     _required(batch, ("id", "ts"))
     cohort = {
-        name: batch.column(name).cast(pa.string()).to_pylist()
+        name: _cohort_column(batch.column(name))
         for name in batch.schema.names
         if name not in ("id", "ts", "logits", "score")
     }
     return client.log_predictions(
-        batch.column("id").to_pylist(), _inputs(batch), _times(batch), cohort or None
+        batch.column("id").to_pylist(), _inputs(batch, first_row), _times(batch), cohort or None
     )
 
 
@@ -133,48 +179,92 @@ class IngestReport:
 
 
 def ingest_file(
-    client: Calmon, kind: str, path: Path, err: TextIO = sys.stderr, wait: float = 600.0
+    client: Calmon,
+    kind: str,
+    path: Path,
+    err: TextIO | None = None,
+    wait: float = 600.0,
+    progress_seconds: float | None = None,
 ) -> IngestReport:
-    """Send every row of ``path`` through ``client`` (its model), showing progress on ``err``;
-    wait at most ``wait`` seconds at the end for delivery."""
+    """Send every row of ``path`` through ``client`` (its model), showing progress on ``err``
+    (default: standard error) every ``progress_seconds`` (default: ``TTY_PROGRESS_SECONDS`` on
+    a terminal, else ``PROGRESS_SECONDS``) while it reads and sends; wait at most ``wait``
+    seconds at the end for delivery."""
     batches, total = record_batches(path)
-    progress = _Progress(err, total)
-    read = 0
-    try:
-        for batch in batches:
-            read += log_batch(client, kind, batch)
-            progress.show(read, client.stats.sent)
-    except pa.ArrowException as exc:
-        raise UnreadableFile(f"cannot read {path} after {read:,} rows: {exc}") from None
-    client.close(timeout=wait)
+    with _Progress(
+        err or sys.stderr, total, lambda: client.stats.sent, progress_seconds
+    ) as progress:
+        try:
+            for batch in batches:
+                progress.read += log_batch(client, kind, batch, progress.read + 1)
+        except pa.ArrowException as exc:
+            read = progress.read
+            raise UnreadableFile(f"cannot read {path} after {read:,} rows: {exc}") from None
+        except UnreadableFile as exc:
+            raise UnreadableFile(f"{path}: {exc}") from None
+        client.close(timeout=wait)
     stats = client.stats
-    progress.show(read, stats.sent, final=True)
+    progress.show(final=True)
     new = stats.accepted if kind == "predictions" else stats.joined + stats.pending
     return IngestReport(
-        read, stats.sent, new, stats.duplicates, stats.rejected, stats.dropped, stats.last_error
+        progress.read,
+        stats.sent,
+        new,
+        stats.duplicates,
+        stats.rejected,
+        stats.dropped,
+        stats.last_error,
     )
 
 
 class _Progress:
-    """Rows read and acknowledged: a redrawn line on a terminal, else a line every 5 s."""
+    """Rows read and acknowledged, drawn by a thread of its own every ``seconds`` while the
+    block runs (the rows are acknowledged while the file is read, and after, while the client
+    flushes): a redrawn line on a terminal, else one line each time."""
 
-    def __init__(self, stream: TextIO, total: int | None) -> None:
-        self.stream, self.total = stream, total
+    def __init__(
+        self,
+        stream: TextIO,
+        total: int | None,
+        acknowledged: Callable[[], int],
+        seconds: float | None = None,
+    ) -> None:
+        self.stream, self.total, self.acknowledged = stream, total, acknowledged
         self.tty = bool(getattr(stream, "isatty", lambda: False)())
-        self._last = 0.0
+        self.seconds = seconds or (TTY_PROGRESS_SECONDS if self.tty else PROGRESS_SECONDS)
+        #: Rows read so far (set by the reader).
+        self.read = 0
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._tick, name="calmon-ingest-progress")
 
-    def show(self, read: int, sent: int, final: bool = False) -> None:
-        now = time.monotonic()
-        if not final and not self.tty and now - self._last < 5:
-            return
-        self._last = now
-        text = f"{read:,} rows read, {sent:,} acknowledged"
+    def __enter__(self) -> _Progress:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self.seconds):
+            self.show()
+
+    def show(self, final: bool = False) -> None:
+        sent = self.acknowledged()
+        text = f"{self.read:,} rows read, {sent:,} acknowledged"
         if self.total:
             share = min(sent / self.total, 1.0)
             text = f"[{'#' * round(share * 24):<24}] {share:4.0%}  {text} of {self.total:,}"
         end = "\n" if final or not self.tty else ""
-        self.stream.write(("\r" if self.tty else "") + text + end)
-        self.stream.flush()
+        with self._lock:
+            self.stream.write(("\r" if self.tty else "") + text + end)
+            self.stream.flush()
 
 
 def describe(report: IngestReport, kind: str) -> str:

@@ -3,62 +3,62 @@ which of two values they keep, so calmon refuses the body instead of guessing.
 
 orjson keeps the last value without a word, so the rule is checked against the raw text, and
 cheaply: every key and every string of a JSON text is written between two quotation marks, and a
-quotation mark inside a string is escaped (``\\"``), adding one more. So when the decoded value
-holds exactly half as many keys and strings as the text holds quotation marks, no key was
-repeated (and no string held an escaped quote). A tally may count fewer than all (it may skip a
-list it takes for numbers) but never more: a shortfall only sends the text to the exact check,
-a second parse that keeps every key and names each one repeated.
+quotation mark inside a string is escaped as ``\\"`` (one more) or as ``\\u0022`` (none). The
+decoded value written out again by orjson (which escapes a quote as ``\\"``) holds as many
+quotation marks as the text unless a repeat was dropped (at least a key's two fewer) or the text
+wrote a quote as ``\\u0022``. So when the text holds no ``\\u0022`` and both counts agree, no key
+was repeated; otherwise the exact check, a second parse that keeps every key, names each one
+repeated. Both run on the whole body when it is read, before any route looks anything up.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Collection
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import orjson
 
 from service.common.errors import InvalidJson
 from service.common.json_paths import BoundedProblems, walk
 
 _QUOTE = ord('"')
+#: A quotation mark written as an escape the re-written value spells ``\\"``.
+_ESCAPED_QUOTE = b"\\u0022"
 #: orjson's integer range; the standard library's parser is told to keep the same one.
 _INT_RANGE = (-(2**63), 2**64 - 1)
 
 
 @dataclass(frozen=True)
 class JsonText:
-    """A body's raw JSON text, kept to hold its decoded value to the rule on repeated keys.
-
-    ``quotes`` counts the text's quotation marks; ``tallied`` counts keys and strings a caller
-    has already accounted for (a batch's envelope, before its items are tallied);
+    """A body's raw JSON text, kept to hold its decoded value to the rule on repeated keys;
     ``batch_keys`` name the top-level lists whose elements the error details give as ``item``.
     """
 
     raw: bytes
-    quotes: int
-    tallied: int = 0
     batch_keys: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, raw: bytes, batch_keys: Collection[str] = ()) -> JsonText:
-        quotes = int(np.count_nonzero(np.frombuffer(raw, dtype=np.uint8) == _QUOTE))
-        return cls(raw, quotes, 0, frozenset(batch_keys))
+        return cls(raw, frozenset(batch_keys))
 
-    def plus(self, tally: int) -> JsonText:
-        """This text with ``tally`` more of its keys and strings accounted for."""
-        return replace(self, tallied=self.tallied + tally)
-
-    def proves_unique_keys(self, tally: int) -> bool:
-        """Whether ``tally`` keys and strings (beyond those already tallied) prove that no
-        object of the text repeats a key (False: unproven, not refuted)."""
-        return self.quotes == 2 * (self.tallied + tally)
+    def proves_unique_keys(self, value: Any) -> bool:
+        """Whether the quotation marks prove that no object of the text repeats a key;
+        ``value`` is the text decoded (False: unproven, not refuted)."""
+        if _ESCAPED_QUOTE in self.raw:
+            return False
+        try:
+            again = orjson.dumps(value)
+        except TypeError:
+            return False
+        return _quotes(again) == _quotes(self.raw)
 
     def check(self, value: Any) -> None:
         """Raise ``InvalidJson`` if an object of the text repeats a key; ``value`` is the text
         decoded."""
-        if not self.proves_unique_keys(tally(value)):
+        if not self.proves_unique_keys(value):
             self.refuse_repeated_keys()
 
     def refuse_repeated_keys(self) -> None:
@@ -114,19 +114,6 @@ def orjson_int(text: str) -> int | float:
     return number if low <= number <= high else float(text)
 
 
-def tally(value: Any) -> int:
-    """How many keys and strings ``value`` holds, or fewer: a list whose first element is not a
-    string, an object or a list is taken for numbers and not looked into (a fit's rows of
-    logits cost one look per row)."""
-    count = 0
-    stack = [value]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, str):
-            count += 1
-        elif isinstance(node, dict):
-            count += len(node)
-            stack.extend(node.values())
-        elif isinstance(node, list) and node and isinstance(node[0], str | dict | list):
-            stack.extend(node)
-    return count
+def _quotes(text: bytes) -> int:
+    """How many quotation marks ``text`` holds."""
+    return int(np.count_nonzero(np.frombuffer(text, dtype=np.uint8) == _QUOTE))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sqlalchemy import Connection, Select, Table
@@ -21,6 +22,18 @@ Columns = Sequence[tuple[str, str, str]]
 Rows = Iterable[Sequence[Any]]
 #: A ``SELECT`` of any columns.
 AnySelect = Select[*tuple[Any, ...]]
+
+
+@dataclass(frozen=True)
+class WritesRefused:
+    """Why the database takes no writes now: the readiness ``check`` that found it
+    (``"transaction"``: the database refuses a write transaction; ``"write_probe"``: the
+    storage beside the database file refuses new bytes), the ``reason`` in words, and whether
+    the storage is out of space (``disk_full``)."""
+
+    check: str
+    reason: str
+    disk_full: bool = False
 
 
 class Backend(Protocol):
@@ -56,6 +69,6 @@ class Backend(Protocol):
         """Every row of ``statement`` as a plain tuple: binary columns as ``bytes``, timestamps
         as aware datetimes, without a per-row ORM result object (for wide reads of many rows)."""
 
-    def writes_refused(self, connection: Connection) -> str | None:
+    def writes_refused(self, connection: Connection) -> WritesRefused | None:
         """Why the database takes no writes now (a standby, read-only sessions, a read-only
-        file), or None; run on a migrated database, writes nothing."""
+        file, a full disk), or None; run on a migrated database, leaves nothing written."""

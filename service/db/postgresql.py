@@ -19,7 +19,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from service.db.dialect import AnySelect, Columns, Rows
+from service.db.dialect import AnySelect, Columns, Rows, WritesRefused
 
 #: What a staging table's column of each type is declared with beyond its type.
 _STAGED_STORAGE = {"text": ' COLLATE "C"', "bytea": " COMPRESSION lz4"}
@@ -135,16 +135,22 @@ class PostgreSQL:
         compiled = statement.compile(dialect=session.get_bind().dialect)
         return binary_rows(session, str(compiled), compiled.params)
 
-    def writes_refused(self, connection: Connection) -> str | None:
+    def writes_refused(self, connection: Connection) -> WritesRefused | None:
         """A standby in recovery, or sessions read-only by default (``ALTER DATABASE ... SET
-        default_transaction_read_only``, or the server's setting)."""
+        default_transaction_read_only``, or the server's setting). The server's disk is the
+        server's: a full one fails writes with ``database_unavailable``."""
         in_recovery, read_only = connection.execute(
             text("SELECT pg_is_in_recovery(), current_setting('transaction_read_only')")
         ).one()
         if in_recovery:
-            return "the database is a standby in recovery: it takes no writes"
+            return WritesRefused(
+                "transaction", "the database is a standby in recovery: it takes no writes"
+            )
         if read_only == "on":
-            return "the database's transactions are read-only (default_transaction_read_only)"
+            return WritesRefused(
+                "transaction",
+                "the database's transactions are read-only (default_transaction_read_only)",
+            )
         return None
 
 

@@ -41,7 +41,6 @@ from service.common.declared import (
     text_field,
 )
 from service.common.errors import ErrorCollector
-from service.common.json_text import JsonText
 from service.common.values import (
     text_problem,
 )
@@ -57,13 +56,11 @@ MAX_BATCH_ITEMS = 100_000
 
 @dataclass(frozen=True)
 class BatchEnvelope:
-    """The batch-level fields: which model, which contract (optional), the raw items; and the
-    body's JSON text, if it came as one, with the envelope's keys and strings tallied."""
+    """The batch-level fields: which model, which contract (optional), the raw items."""
 
     model: str
     contract_id: str | None
     items: list[Any]
-    text: JsonText | None = None
 
 
 def _items(value: Any, info: ValidationInfo) -> list[Any]:
@@ -80,25 +77,15 @@ def parse_envelope(
     body: Mapping[str, Any],
     items_key: str,
     max_items: int = MAX_BATCH_ITEMS,
-    text: JsonText | None = None,
 ) -> BatchEnvelope:
-    """Check ``{"model", "contract_id"?, items_key: [...]}`` (``PREDICTIONS``, ``LABELS``).
-
-    ``text`` is the JSON text ``body`` was decoded from, if any: a body refused here is first
-    checked for repeated keys (which would explain it), one accepted carries the text on.
-    """
+    """Check ``{"model", "contract_id"?, items_key: [...]}`` (``PREDICTIONS``, ``LABELS``)."""
     errors = ErrorCollector()
     declared: Declared[Any] = PREDICTIONS if items_key == "predictions" else LABELS
     parsed = declared.parse(body, errors, datetime.now(UTC), max_items=max_items)
-    if errors and text is not None:
-        text.refuse_repeated_keys()
     errors.raise_if_any(f"the {items_key} batch is invalid")
-    if text is not None:
-        # The envelope's keys, and its strings: the model and the contract id, if given.
-        text = text.plus(len(body) + sum(type(v) is str for v in body.values()))
     assert parsed is not None
     return BatchEnvelope(
-        parsed.model, getattr(parsed, "contract_id", None), getattr(parsed, items_key), text
+        parsed.model, getattr(parsed, "contract_id", None), getattr(parsed, items_key)
     )
 
 

@@ -21,7 +21,6 @@ from service.common.declared import (
     collect,
 )
 from service.common.errors import ErrorCollector
-from service.common.json_text import JsonText
 from service.common.values import (
     parse_timestamp,
     text_problem,
@@ -100,13 +99,11 @@ def _in_range(stamps: list[datetime], now: datetime) -> list[datetime] | None:
 
 def _parse_predictions_fast(
     items: Sequence[Any], task: str, n_classes: int, now: datetime
-) -> tuple[PredictionBatch, int] | None:
+) -> PredictionBatch | None:
     """Validate a whole batch with set and array operations; None if anything looks wrong.
 
     The common case of a clean batch costs a few microseconds per item; any doubt falls back to
-    the item-by-item path, which names every problem. Also returns how many keys and strings
-    the items hold (``service.common.json_text``): those of the items, their ids and
-    timestamps, and the keys and values of their cohorts; logits and scores are numbers.
+    the item-by-item path, which names every problem.
     """
     allowed = frozenset(PREDICTION_ITEM[task].model_fields)
     value_key = "logits" if task == Task.MULTICLASS else "score"
@@ -138,11 +135,7 @@ def _parse_predictions_fast(
         inputs = np.asarray(values, dtype=np.float64)
     except OverflowError:
         return None
-    batch = prediction_columns(ids, valid, cohorts, inputs, task, now)
-    if batch is None:
-        return None
-    tally = sum(map(len, items)) + 2 * len(ids) + 2 * sum(map(len, cohorts))
-    return batch, tally
+    return prediction_columns(ids, valid, cohorts, inputs, task, now)
 
 
 def prediction_columns(
@@ -186,18 +179,14 @@ def parse_predictions(
     task: str,
     n_classes: int,
     now: datetime | None = None,
-    text: JsonText | None = None,
 ) -> PredictionBatch:
     """Validate every item against the rules of the module docstring, timestamps against the
     time of receipt ``now`` (default: the current time); raise ``ValidationFailed`` listing each
-    bad item and field. ``text`` is the body's JSON text (``BatchEnvelope.text``), if it came as
-    one: ``InvalidJson`` if an object in it repeats a key."""
+    bad item and field."""
     now = now or datetime.now(UTC)
     fast = _parse_predictions_fast(items, task, n_classes, now)
-    if text is not None and (fast is None or not text.proves_unique_keys(fast[1])):
-        text.refuse_repeated_keys()
     if fast is not None:
-        return fast[0]
+        return fast
     return parse_predictions_declared(items, task=task, n_classes=n_classes, now=now)
 
 
@@ -248,11 +237,9 @@ def _sent_labels(
 
 def _parse_labels_fast(
     items: Sequence[Any], index_of: Mapping[str, int], n_classes: int, now: datetime
-) -> tuple[LabelBatch, int] | None:
+) -> LabelBatch | None:
     """Validate a clean label batch with set operations; None if anything looks wrong (the
-    declared item-by-item path then names every problem). Also returns how many keys and
-    strings the items hold: three keys, an id and a timestamp each, and the labels given by
-    name."""
+    declared item-by-item path then names every problem)."""
     if set(map(type, items)) != {dict} or set(map(len, items)) != {3}:
         return None
     try:
@@ -262,10 +249,7 @@ def _parse_labels_fast(
     except KeyError:
         return None
     stamps = _stamps_in_range(raw_ts, now)
-    batch = label_columns(ids, raw_labels, stamps, index_of, n_classes, now)
-    if batch is None:
-        return None
-    return batch, 5 * len(items) + list(map(type, raw_labels)).count(str)
+    return label_columns(ids, raw_labels, stamps, index_of, n_classes, now)
 
 
 def label_columns(
@@ -309,18 +293,14 @@ def parse_labels(
     index_of: Mapping[str, int],
     n_classes: int,
     now: datetime | None = None,
-    text: JsonText | None = None,
 ) -> LabelBatch:
     """Validate labels (a class index below ``n_classes`` or a class name in ``index_of``, with
     its provisional index: ``label_classes.known_labels``), timestamps against the time of
-    receipt ``now`` (default: the current time). ``text`` is the body's JSON text, if it came as
-    one: ``InvalidJson`` if an object in it repeats a key."""
+    receipt ``now`` (default: the current time)."""
     now = now or datetime.now(UTC)
     fast = _parse_labels_fast(items, index_of, n_classes, now)
-    if text is not None and (fast is None or not text.proves_unique_keys(fast[1])):
-        text.refuse_repeated_keys()
     if fast is not None:
-        return fast[0]
+        return fast
     errors = ErrorCollector()
     context = {"now": now, "index_of": index_of, "n_classes": n_classes}
     first: set[str] = set()

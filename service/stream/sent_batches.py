@@ -16,7 +16,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from service.common.json_text import JsonText
 from service.stream.arrow_batches import labels_from_arrow, predictions_from_arrow
 from service.stream.batch_bodies import MAX_BATCH_ITEMS, parse_envelope
 from service.stream.batch_columns import (
@@ -29,23 +28,19 @@ from service.stream.batch_columns import (
 
 @dataclass(frozen=True)
 class SentBatch:
-    """A batch's envelope and its rows: JSON ``items`` (with the body's ``text``, held to the
-    rule on repeated keys) or an Arrow ``table``."""
+    """A batch's envelope and its rows: JSON ``items`` or an Arrow ``table``."""
 
     model: str
     contract_id: str | None
     items: list[Any] | None = None
-    text: JsonText | None = None
     table: pa.Table | None = None
 
     @classmethod
-    def of_json(
-        cls, body: Mapping[str, Any], items_key: str, text: JsonText | None = None
-    ) -> SentBatch:
-        """A JSON body (``text``: its raw text), its envelope checked; ``ValidationFailed``
-        naming each problem, ``InvalidJson`` if a refused body repeats a key."""
-        envelope = parse_envelope(body, items_key, MAX_BATCH_ITEMS, text)
-        return cls(envelope.model, envelope.contract_id, envelope.items, envelope.text)
+    def of_json(cls, body: Mapping[str, Any], items_key: str) -> SentBatch:
+        """A decoded JSON body, its envelope checked; ``ValidationFailed`` naming each
+        problem."""
+        envelope = parse_envelope(body, items_key, MAX_BATCH_ITEMS)
+        return cls(envelope.model, envelope.contract_id, envelope.items)
 
     @classmethod
     def of_arrow(
@@ -67,9 +62,7 @@ class SentBatch:
         if self.table is not None:
             return predictions_from_arrow(self.table, task=task, n_classes=n_classes, now=now)
         assert self.items is not None
-        return parse_predictions(
-            self.items, task=task, n_classes=n_classes, now=now, text=self.text
-        )
+        return parse_predictions(self.items, task=task, n_classes=n_classes, now=now)
 
     def labels(self, *, index_of: Mapping[str, int], n_classes: int, now: datetime) -> LabelBatch:
         """The rows validated as labels some contract version of the model knows
@@ -77,6 +70,4 @@ class SentBatch:
         if self.table is not None:
             return labels_from_arrow(self.table, index_of=index_of, n_classes=n_classes, now=now)
         assert self.items is not None
-        return parse_labels(
-            self.items, index_of=index_of, n_classes=n_classes, now=now, text=self.text
-        )
+        return parse_labels(self.items, index_of=index_of, n_classes=n_classes, now=now)

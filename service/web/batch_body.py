@@ -18,7 +18,7 @@ from pydantic import Field
 from service.stream.arrow_stream import ARROW_STREAM, UnreadableArrow, read_stream
 from service.stream.batch_bodies import MAX_BATCH_ITEMS
 from service.stream.sent_batches import SentBatch
-from service.web.bodies import json_batch_body
+from service.web.bodies import json_body
 from service.web.http_errors import ApiError
 from service.web.queries import NameParam, NoQuery, Query, TextParam
 
@@ -57,8 +57,7 @@ def labels_body() -> SentBatch:
 
 def _json_body(items_key: str) -> SentBatch:
     NoQuery.parse()
-    body, text = json_batch_body()
-    return SentBatch.of_json(body, items_key, text)
+    return SentBatch.of_json(json_body(), items_key)
 
 
 def _arrow_table() -> pa.Table:

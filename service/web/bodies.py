@@ -36,19 +36,13 @@ def json_body() -> dict[str, Any]:
     object (``service.common.json_text``: each repeated key named); 422 when the top level is
     not an object or a string anywhere in it (key or value) holds a NUL or a lone surrogate,
     naming each. The size limit (413) is enforced by Flask's ``MAX_CONTENT_LENGTH`` while
-    reading. A reply names at most ``MAX_DETAILS`` problems and counts them all.
+    reading. A reply names at most ``MAX_DETAILS`` problems and counts them all. Every rule is
+    checked here, before the route looks anything up: a repeated ``model`` is a 400, not a
+    reply about one of its values.
     """
     raw, value = _decoded()
     JsonText.of(raw, _BATCH_KEYS).check(value)
     return value
-
-
-def json_batch_body() -> tuple[dict[str, Any], JsonText]:
-    """``json_body`` for a prediction or label batch, but for repeated keys: the batch parser
-    (``service.stream.batch_columns``) holds the body to that rule with the returned text, counting
-    keys and strings while it validates the items anyway."""
-    raw, value = _decoded()
-    return value, JsonText.of(raw, _BATCH_KEYS)
 
 
 def _decoded() -> tuple[bytes, dict[str, Any]]:

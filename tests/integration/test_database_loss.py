@@ -3,7 +3,10 @@ Retry-After, nothing half-written, and readiness that says so."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -147,6 +150,7 @@ def test_readyz_is_not_ready_while_the_database_takes_no_writes(tmp_path: Path) 
         client = app.test_client()
         error = assert_envelope(client.get("/readyz"), 503, "database_read_only")
         assert "read-only" in error["message"] or "no writes" in error["message"]
+        assert error["details"][0]["field"] == "transaction"
         assert client.get("/healthz").status_code == 200
         assert client.get("/v1/contracts", headers=HEADERS).status_code == 200
         response = client.post("/v1/contracts/fit", json=fit_body("ro"), headers=HEADERS)
@@ -163,3 +167,40 @@ def test_readyz_is_not_ready_while_the_database_takes_no_writes(tmp_path: Path) 
         finally:
             again.extensions["calmon.database"].dispose()
     assert not os.path.exists("file:"), "a file: URI must not make a directory"
+
+
+def _in_own_mount_namespace() -> list[str]:
+    """The command prefix that runs a process as root of a mount namespace of its own, or []
+    when this machine allows none (no ``unshare``, or user namespaces disabled)."""
+    prefix = ["unshare", "--user", "--map-root-user", "--mount"]
+    try:
+        probe = subprocess.run([*prefix, "true"], capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return prefix if probe.returncode == 0 else []
+
+
+@pytest.mark.skipif(BACKEND != "sqlite", reason="a PostgreSQL server's disk is the server's")
+def test_readyz_is_not_ready_while_the_sqlite_disk_is_full(tmp_path: Path) -> None:
+    prefix = _in_own_mount_namespace()
+    if not prefix:
+        pytest.skip("needs a mount namespace (unshare with user namespaces)")
+    mount = tmp_path / "small"
+    mount.mkdir()
+    run = subprocess.run(
+        [*prefix, sys.executable, "-m", "tests.support.full_disk", str(mount)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert run.returncode == 0, run.stderr
+    replies = json.loads(run.stdout.strip().splitlines()[-1])
+    assert replies["before"]["status"] == 200, replies
+    assert replies["filled_bytes"] > 0
+    assert replies["full"]["status"] == 503, replies
+    error = replies["full"]["body"]["error"]
+    assert error["code"] == "database_disk_full"
+    assert error["details"][0]["field"] == "write_probe"
+    assert "space" in error["message"]
+    assert replies["after"] == {"status": 200, "body": {"status": "ready", "database": "sqlite"}}

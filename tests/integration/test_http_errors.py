@@ -163,6 +163,34 @@ def test_long_names_in_details_and_messages_are_shortened(client: FlaskClient, a
             "labels[0].label",
             0,
         ),
+        # Refused before any lookup: not a 404 or 409 about the last value, or the model.
+        (
+            "/v1/predictions",
+            b'{"model": "dup", "model": "ghost", "predictions": [{"id": "a", "ts": TS,'
+            b' "logits": [1, 0, 0]}]}',
+            "model",
+            None,
+        ),
+        (
+            "/v1/predictions",
+            b'{"model": "dup", "contract_id": "c-0", "contract_id": "c-1", "predictions":'
+            b' [{"id": "a", "ts": TS, "logits": [1, 0, 0]}]}',
+            "contract_id",
+            None,
+        ),
+        (
+            "/v1/predictions",
+            b'{"model": "ghost", "predictions": [{"id": "a", "ts": TS, "logits": [1, 0, 0],'
+            b' "id": "b"}]}',
+            "predictions[0].id",
+            0,
+        ),
+        (
+            "/v1/labels",
+            b'{"model": "dup", "labels": [{"id": "a", "label": 0, "ts": TS}], "model": "ghost"}',
+            "model",
+            None,
+        ),
         (
             "/v1/gate",
             b'{"contract_id": "x", "policy": {"max_ece": 0.1, "max_ece": 0.2}}',

@@ -3,7 +3,9 @@ calmon, a rerun after an interruption counting every prediction once (both backe
 
 from __future__ import annotations
 
+import io
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -15,6 +17,7 @@ import pytest
 
 from service.cli import main
 from service.client import Calmon
+from service.client.backfill import ingest_file
 from tests.integration.conftest import ADMIN_TOKEN
 from tests.integration.factories import fit_body
 from tests.integration.test_served import serving_fresh
@@ -118,3 +121,96 @@ def test_files_of_each_format_are_ingested_once(
         code, _, err = _ingest(server.url, "predictions", tmp_path / "p.txt", capsys)
         assert code == 2 and "expected a .csv, .parquet or .arrow file" in err
         client.close()
+
+
+def _predictions_csv(path: Path, rows: list[tuple[str, str, str, str]]) -> Path:
+    """A CSV of predictions: ``(id, logits, region, lang)`` per row, an empty string an empty
+    cell; every row an hour old."""
+    ts = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
+    lines = ["id,ts,logits,region,lang"]
+    lines += [f'{i},{ts},"{logits}",{region},{lang}' for i, logits, region, lang in rows]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_an_empty_cohort_cell_leaves_that_key_out_of_that_row(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    regions = ["emea", "", "apac", "emea", ""]
+    langs = ["tr", "hu", "", "", "id"]
+    rows = [(f"e{i}", "[1, 0, -1]", regions[i % 5], langs[i % 5]) for i in range(500)]
+    csv_file = _predictions_csv(tmp_path / "gaps.csv", rows)
+    parquet_file = tmp_path / "gaps.parquet"
+    table = pa_csv.read_csv(csv_file).drop_columns(["region", "lang"])
+    table = table.set_column(0, "id", pa.array([f"q{i}" for i in range(500)]))
+    nulls = {"region": [r or None for r, _ in zip(regions * 100, range(500), strict=False)]}
+    nulls["lang"] = [v or None for v, _ in zip(langs * 100, range(500), strict=False)]
+    pq.write_table(
+        table.append_column("region", pa.array(nulls["region"])).append_column(
+            "lang", pa.array(nulls["lang"])
+        ),
+        parquet_file,
+    )
+    with serving_fresh(tmp_path) as server:
+        client = Calmon(server.url, ADMIN_TOKEN, model="glyphs")
+        client.fit(fit_body("glyphs"))
+        for path in (csv_file, parquet_file):
+            code, out, err = _ingest(server.url, "predictions", path, capsys)
+            assert code == 0, err
+            assert "500 of 500 rows acknowledged: 500 new predictions" in out
+        assert client.calibration(window="24h").n_predictions == 1_000
+
+        def count(cohort: str) -> int:
+            return client.calibration(window="24h", cohort=cohort).n_predictions
+
+        assert count("region=emea") == 400 and count("region=apac") == 200
+        assert count("lang=tr") == count("lang=hu") == count("lang=id") == 200
+        client.close()
+
+
+def test_a_bad_logits_cell_names_its_file_row_and_column(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = [(f"b{i}", "[1, 0, -1]", "emea", "tr") for i in range(20)]
+    rows[6] = ("b6", "[1, 0, oops]", "emea", "tr")
+    not_json = _predictions_csv(tmp_path / "not-json.csv", rows)
+    rows[6] = ("b6", "[1, 0, -1]", "emea", "tr")
+    rows[11] = ("b11", "[1, 0]", "emea", "tr")
+    ragged = _predictions_csv(tmp_path / "ragged.csv", rows)
+    # Record batches of 700 rows: the row counts on across them.
+    table = _table(0, 2_000)
+    logits = table.column("logits").to_pylist()
+    logits[1_499] = logits[1_499][:2]
+    arrow_file = _arrow(
+        table.set_column(2, "logits", pa.array(logits, pa.list_(pa.float64()))),
+        tmp_path / "ragged.arrow",
+    )
+    with serving_fresh(tmp_path) as server:
+        client = Calmon(server.url, ADMIN_TOKEN, model="glyphs")
+        client.fit(fit_body("glyphs"))
+        client.close()
+        for path, named in (
+            (not_json, "row 7, column logits: expected a JSON array of numbers"),
+            (ragged, "row 12, column logits: 2 logits where the rows before hold 3"),
+            (arrow_file, "row 1,500, column logits: 2 logits where the rows before hold 3"),
+        ):
+            code, _, err = _ingest(server.url, "predictions", path, capsys)
+            assert code == 2
+            assert f"{path}: {named}" in err
+
+
+def test_progress_counts_rows_as_they_are_acknowledged(tmp_path: Path) -> None:
+    path = _arrow(_table(0, 3_000), tmp_path / "p.arrow")
+    with serving_fresh(tmp_path) as server:
+        client = Calmon(server.url, ADMIN_TOKEN, model="glyphs", batch_size=100)
+        client.fit(fit_body("glyphs"))
+        err = io.StringIO()
+        report = ingest_file(client, "predictions", path, err, progress_seconds=0.02)
+        client.close()
+    assert report.sent == 3_000
+    lines = err.getvalue().splitlines()
+    counts = [int(re.findall(r"([\d,]+) acknowledged", line)[0].replace(",", "")) for line in lines]
+    assert counts[-1] == 3_000
+    during = counts[:-1]
+    assert during == sorted(during), "acknowledged rows only grow"
+    assert any(0 < n < 3_000 for n in during), lines

@@ -5,8 +5,10 @@ from __future__ import annotations
 import csv
 import io
 from datetime import datetime, timedelta
+from typing import Annotated
 
 from flask import Blueprint, Response, current_app
+from pydantic import WithJsonSchema
 
 from service.auth.tokens import Permission
 from service.common.clock import utcnow
@@ -15,7 +17,7 @@ from service.config import Settings
 from service.stream import fold, ingestion, monitoring
 from service.stream import history as histories
 from service.stream.batch_bodies import LABELS, PREDICTIONS
-from service.stream.cohorts import ALL, KEY_PATTERN, parse_slice_query
+from service.stream.cohorts import ALL, KEY_PATTERN, MAX_LENGTH, parse_slice_query
 from service.stream.replies import Calibration, Cohorts, History, LabelsApplied, PredictionsAccepted
 from service.stream.windows import (
     DURATION_HINT,
@@ -93,6 +95,20 @@ def labels() -> Response:
 DurationParam = matching(DURATION_PATTERN, DURATION_HINT)
 
 
+#: A cohort slice as a query parameter: ``all``, ``key:value`` or ``key=value`` (a value of
+#: 1-``MAX_LENGTH`` characters, without ``:`` in the ``=`` form); checked by ``_cohort``.
+_KEY = KEY_PATTERN.pattern.removesuffix("\\Z")
+CohortParam = Annotated[
+    TextParam,
+    WithJsonSchema(
+        {
+            "type": "string",
+            "pattern": f"^(all|{_KEY}:.{{1,{MAX_LENGTH}}}|{_KEY}=[^:]{{1,{MAX_LENGTH}}})$",
+        }
+    ),
+]
+
+
 def _cohort(raw: str | None) -> str:
     """The ``cohort`` query parameter (``key:value`` or ``key=value``; default ``all``)."""
     try:
@@ -111,7 +127,7 @@ class WindowQuery(Query):
     window: DurationParam = None  # type: ignore[valid-type]
     start: TimestampParam = None
     end: TimestampParam = None
-    cohort: TextParam = None
+    cohort: CohortParam = None
 
     def slice(self) -> str:
         """The cohort slice's name (``all`` or ``key=value``)."""
@@ -199,7 +215,7 @@ class HistoryRangeQuery(Query):
     start: TimestampParam = None
     end: TimestampParam = None
     step: DurationParam = None  # type: ignore[valid-type]
-    cohort: TextParam = None
+    cohort: CohortParam = None
 
     def slice(self) -> str:
         """The cohort slice's name (``all`` or ``key=value``)."""

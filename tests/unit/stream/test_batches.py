@@ -130,15 +130,17 @@ def test_the_envelope_names_the_model_and_the_items() -> None:
     assert [d.field for d in info.value.details] == ["predictions"]
 
 
-def _text_and_items(raw: bytes, items_key: str) -> tuple[JsonText | None, list[Any]]:
-    envelope = parse_envelope(orjson.loads(raw), items_key, text=JsonText.of(raw, [items_key]))
-    return envelope.text, envelope.items
+def _checked(raw: bytes, items_key: str) -> list[Any]:
+    """The items of a body held to the rule on repeated keys, as ``json_body`` holds it."""
+    body = orjson.loads(raw)
+    JsonText.of(raw, [items_key]).check(body)
+    return parse_envelope(body, items_key).items
 
 
 @pytest.mark.parametrize(
     "cohort", [None, {}, {"region": "emea", "lang": "tr"}, {"k": "v:w\u00e9"}], ids=repr
 )
-def test_the_fast_path_proves_a_clean_prediction_batch_free_of_repeated_keys(
+def test_a_clean_prediction_batch_is_proven_free_of_repeated_keys(
     cohort: dict[str, str] | None,
 ) -> None:
     items = [_prediction(id=f"p{i}", cohort=cohort) for i in range(3)]
@@ -146,20 +148,18 @@ def test_the_fast_path_proves_a_clean_prediction_batch_free_of_repeated_keys(
         {"model": "m", "predictions": items},
         {"model": "m", "contract_id": "c", "predictions": items},
     ):
-        raw = json.dumps(body).encode()
-        text, items = _text_and_items(raw, "predictions")
-        fast = _parse_predictions_fast(items, "multiclass", 3, NOW)
-        assert text is not None and fast is not None and text.proves_unique_keys(fast[1])
+        for raw in (json.dumps(body).encode(), orjson.dumps(body)):
+            assert JsonText.of(raw).proves_unique_keys(orjson.loads(raw))
+            assert _parse_predictions_fast(_checked(raw, "predictions"), "multiclass", 3, NOW)
 
 
-def test_the_fast_path_proves_a_clean_label_batch_free_of_repeated_keys() -> None:
+def test_a_clean_label_batch_is_proven_free_of_repeated_keys() -> None:
     items = [
         {"id": f"p{i}", "label": [0, "b"][i % 2], "ts": "2026-11-30T11:00:00Z"} for i in range(4)
     ]
     raw = orjson.dumps({"model": "m", "labels": items})
-    text, parsed = _text_and_items(raw, "labels")
-    fast = _parse_labels_fast(parsed, {"a": 0, "b": 1}, 2, NOW)
-    assert text is not None and fast is not None and text.proves_unique_keys(fast[1])
+    assert JsonText.of(raw).proves_unique_keys(orjson.loads(raw))
+    assert _parse_labels_fast(_checked(raw, "labels"), {"a": 0, "b": 1}, 2, NOW)
 
 
 def _raw(text: str) -> bytes:
@@ -184,35 +184,31 @@ def _raw(text: str) -> bytes:
 )
 def test_a_prediction_batch_repeating_a_key_is_refused_naming_it(item: str, field: str) -> None:
     first = '{"id": "a", "ts": TS, "logits": [1, 2, 3]}'
-    text, items = _text_and_items(
-        _raw(f'{{"model": "m", "predictions": [{first}, {item}]}}'), "predictions"
-    )
     with pytest.raises(InvalidJson) as info:
-        parse_predictions(items, task="multiclass", n_classes=3, now=NOW, text=text)
+        _checked(_raw(f'{{"model": "m", "predictions": [{first}, {item}]}}'), "predictions")
     assert [(d.field, d.item) for d in info.value.details] == [(field, 1)]
 
 
 def test_a_label_batch_repeating_a_key_is_refused_naming_it() -> None:
     raw = _raw('{"model": "m", "labels": [{"id": "a", "label": 0, "label": 1, "ts": TS}]}')
-    text, items = _text_and_items(raw, "labels")
     with pytest.raises(InvalidJson) as info:
-        parse_labels(items, **AB, now=NOW, text=text)
+        _checked(raw, "labels")
     assert [(d.field, d.item) for d in info.value.details] == [("labels[0].label", 0)]
 
 
 def test_an_envelope_repeating_a_key_is_refused_naming_it() -> None:
     raw = _raw('{"model": "m", "model": "n", "labels": [{"id": "a", "label": 0, "ts": TS}]}')
-    text, items = _text_and_items(raw, "labels")
     with pytest.raises(InvalidJson) as info:
-        parse_labels(items, **AB, now=NOW, text=text)
+        _checked(raw, "labels")
     assert [d.field for d in info.value.details] == ["model"]
-    # The envelope itself refused (the items' key holds no list): the repeat is named first.
     raw = _raw('{"model": "m", "labels": [{"id": "a", "label": 0, "ts": TS}], "labels": 1}')
     with pytest.raises(InvalidJson):
-        parse_envelope(orjson.loads(raw), "labels", text=JsonText.of(raw))
+        _checked(raw, "labels")
 
 
 def test_an_escaped_quote_in_an_id_is_no_repeated_key() -> None:
-    raw = _raw('{"model": "m", "labels": [{"id": "a\\"b", "label": 0, "ts": TS}]}')
-    text, items = _text_and_items(raw, "labels")
-    assert parse_labels(items, **AB, now=NOW, text=text).ids == ['a"b']
+    for raw in (
+        _raw('{"model": "m", "labels": [{"id": "a\\"b", "label": 0, "ts": TS}]}'),
+        _raw('{"model": "m", "labels": [{"id": "a\\u0022b", "label": 0, "ts": TS}]}'),
+    ):
+        assert parse_labels(_checked(raw, "labels"), **AB, now=NOW).ids == ['a"b']

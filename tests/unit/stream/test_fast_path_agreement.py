@@ -126,7 +126,7 @@ def check(items: list[Any], task: str) -> None:
     fast = _parse_predictions_fast(items, task, K, NOW)
     if fast is not None:
         assert declared[0] == "ok", (items, declared)
-        assert same_batch(fast[0], declared[1]), items
+        assert same_batch(fast, declared[1]), items
     served = outcome(lambda: parse_predictions(items, task=task, n_classes=K, now=NOW))
     assert served[0] == declared[0]
     if served[0] == "ok":

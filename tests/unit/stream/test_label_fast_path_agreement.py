@@ -97,7 +97,7 @@ def check(items: list[Any]) -> bool:
     fast = batches._parse_labels_fast(items, INDEX_OF, K, NOW)
     if fast is not None:
         assert declared[0] == "ok", (items, declared)
-        assert same_batch(fast[0], declared[1]), items
+        assert same_batch(fast, declared[1]), items
     served = outcome(items, declared_only=False)
     assert served[0] == declared[0], (items, served, declared)
     if served[0] == "ok":
