@@ -140,16 +140,12 @@ class Baseline:
 
 @dataclass(frozen=True)
 class Retirement:
+    """Why, when and by whom a contract was retired (an audit event; the contract never
+    changes)."""
+
     reason: str
     retired_at: datetime
     retired_by: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "reason": self.reason,
-            "retired_at": format_timestamp(self.retired_at),
-            "retired_by": self.retired_by,
-        }
 
 
 @dataclass(frozen=True)
@@ -205,7 +201,8 @@ class ContractSpec:
 
 @dataclass(frozen=True)
 class Contract:
-    """A stored contract."""
+    """A stored contract: its spec, whose fields it exposes as its own (what the ``Contract``
+    reply reads), and the server-assigned fields."""
 
     id: str
     version: int
@@ -220,8 +217,49 @@ class Contract:
         return self.spec.model
 
     @property
+    def checkpoint(self) -> str:
+        return self.spec.checkpoint
+
+    @property
+    def task(self) -> Task:
+        return self.spec.task
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        return self.spec.classes
+
+    @property
     def calibrator(self) -> Calibrator:
         return self.spec.calibrator
+
+    @property
+    def objective(self) -> str:
+        return self.spec.objective
+
+    @property
+    def population(self) -> str:
+        return self.spec.population
+
+    @property
+    def outcome(self) -> str:
+        return self.spec.outcome
+
+    @property
+    def data_window(self) -> DataWindow:
+        return self.spec.data_window
+
+    @property
+    def split(self) -> Split:
+        return self.spec.split
+
+    @property
+    def bin_edges(self) -> tuple[float, ...]:
+        """The M + 1 bin edges as registered (``edges`` is the array)."""
+        return self.spec.bin_edges
+
+    @property
+    def baseline(self) -> Baseline:
+        return self.spec.baseline
 
     @property
     def edges(self) -> np.ndarray:
@@ -235,6 +273,10 @@ class Contract:
     @property
     def threshold(self) -> float:
         return self.spec.threshold
+
+    @property
+    def retired(self) -> bool:
+        return self.retirement is not None
 
     def baseline_reading(self, split: str = "eval", which: str = "calibrated") -> Reading:
         """One stored baseline reading, read back with the code that validated it.
@@ -265,13 +307,6 @@ class Contract:
 
     def hashed_document(self) -> dict[str, Any]:
         return hashed_document(self.id, self.version, self.spec, self.created_at, self.created_by)
-
-    def to_dict(self) -> dict[str, Any]:
-        out = self.hashed_document()
-        out["content_sha256"] = self.content_sha256
-        out["retired"] = self.retirement is not None
-        out["retirement"] = None if self.retirement is None else self.retirement.to_dict()
-        return out
 
 
 def hashed_document(

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import MISSING, BeforeValidator, Field, create_model, model_validator
 
 from service.audit.replies import Problem
+from service.calibration.calibrators import Calibrator
 from service.calibration.drift import DriftPolicy
 from service.calibration.readings import Reading as CalibrationReading
 from service.calibration.vocabulary import Task
@@ -23,12 +24,14 @@ from service.common.replies import (
     Count,
     Fraction,
     Interval,
+    Listed,
     Measure,
     Reply,
     Sha256,
     Timestamp,
     documented,
 )
+from service.contracts.model import Baseline
 from service.contracts.requests import DRIFT_POLICY, REGISTRATION
 
 #: The stored contract's client-supplied parts have the schema of their registration.
@@ -44,6 +47,11 @@ def _policy_document(value: object) -> object:
 DriftPolicyReply = Annotated[
     dict[str, Any], BeforeValidator(_policy_document), documented(DRIFT_POLICY.schema())
 ]
+
+
+def _calibrator_document(value: object) -> object:
+    """A ``Calibrator`` as a contract stores it; a stored document as is."""
+    return value.to_dict() if isinstance(value, Calibrator) else value
 
 
 class Bin(Reply):
@@ -158,6 +166,13 @@ class BaselineReply(Reply):
     eval: BaselineSplitReply
     selection: Any | MISSING = MISSING
 
+    @model_validator(mode="before")
+    @classmethod
+    def _from_baseline(cls, data: Any) -> Any:
+        """A contract's ``Baseline`` read as its document as registered (what the hash
+        covers)."""
+        return dict(data.document) if isinstance(data, Baseline) else data
+
 
 class Contract(Reply):
     """A stored contract: the registered fields, the server-assigned ones, and its hash.
@@ -173,14 +188,18 @@ class Contract(Reply):
     model: str
     checkpoint: str
     task: Literal[Task.MULTICLASS, Task.BINARY]
-    classes: list[str]
-    calibrator: Annotated[dict[str, Any], documented(_REGISTERED["calibrator"])]
+    classes: Annotated[list[str], Listed]
+    calibrator: Annotated[
+        dict[str, Any],
+        BeforeValidator(_calibrator_document),
+        documented(_REGISTERED["calibrator"]),
+    ]
     objective: str
     population: str
     outcome: str
     data_window: Annotated[DataWindowReply, documented(_REGISTERED["data_window"])]
     split: Annotated[SplitReply, documented(_REGISTERED["split"])]
-    bin_edges: Annotated[list[Fraction], Field(min_length=2)]
+    bin_edges: Annotated[list[Fraction], Listed, Field(min_length=2)]
     baseline: Annotated[BaselineReply, documented(_REGISTERED["baseline"])]
     policy: DriftPolicyReply
     created_at: Timestamp

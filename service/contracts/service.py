@@ -5,6 +5,7 @@ Each use case that writes owns its transaction and commits once."""
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -138,7 +139,32 @@ def find_contract(session: Session, contract_id: str) -> Contract:
     return contract
 
 
-def verify_contract(session: Session, contract_id: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class CreationEvent:
+    """The audit event that recorded a contract's creation: its ``seq``, its type
+    (``contract_registered`` or ``contract_fitted``) and the content hash it records."""
+
+    seq: int
+    type: str
+    content_sha256: str
+
+
+@dataclass(frozen=True)
+class Verification:
+    """A contract's check against its creation event: ``valid`` when ``problems`` is empty;
+    the stored hash, the hash of its fields recomputed (None when they cannot be read), the
+    first creation event (None when there is none) and each difference
+    (``service.audit.records``)."""
+
+    id: str
+    valid: bool
+    content_sha256: str
+    recomputed_sha256: str | None
+    event: CreationEvent | None
+    problems: list[dict[str, Any]]
+
+
+def verify_contract(session: Session, contract_id: str) -> Verification:
     """Recompute the content hash from the stored record; compare it with the stored
     ``content_sha256`` and with the creation event (``contract_registered`` or
     ``contract_fitted``): its hash, version, model, time and actor. ``problems`` lists each
@@ -149,20 +175,18 @@ def verify_contract(session: Session, contract_id: str) -> dict[str, Any]:
         raise NotFound(f"no contract with id {contract_id!r}")
     events = audit.creation_events(session, contract_id)
     problems = contract_problems(events, stored)
-    return {
-        "id": stored.id,
-        "valid": not problems,
-        "content_sha256": stored.content_sha256,
-        "recomputed_sha256": stored.recomputed_sha256,
-        "event": None
-        if not events
-        else {
-            "seq": events[0].seq,
-            "type": events[0].type,
-            "content_sha256": ContractCreated.read(events[0].details).content_sha256,
-        },
-        "problems": problems,
-    }
+    first = None
+    if events:
+        recorded = ContractCreated.read(events[0].details).content_sha256
+        first = CreationEvent(events[0].seq, events[0].type, recorded)
+    return Verification(
+        id=stored.id,
+        valid=not problems,
+        content_sha256=stored.content_sha256,
+        recomputed_sha256=stored.recomputed_sha256,
+        event=first,
+        problems=problems,
+    )
 
 
 #: Every stored contract with its recomputed hash: the contracts the audit log's verification

@@ -79,7 +79,8 @@ def links_from_contract() -> dict[str, Any]:
 def _created(contract: StoredContract) -> Response:
     """A new contract, with what its reviewer should know of it."""
     warnings = contracts_service.contract_warnings(contract)
-    return reply(Contract, {**contract.to_dict(), "warnings": warnings}, 201)
+    created = Contract.model_validate(contract).model_copy(update={"warnings": warnings})
+    return reply(Contract, created, 201)
 
 
 @bp.post("/contracts")
@@ -170,7 +171,7 @@ def list_contracts() -> Response:
     return reply(
         ContractList,
         {
-            "contracts": [c.to_dict() for _, c in page.rows if isinstance(c, StoredContract)],
+            "contracts": [c for _, c in page.rows if isinstance(c, StoredContract)],
             "unreadable": [c for _, c in page.rows if not isinstance(c, StoredContract)],
             "next_cursor": page.next_cursor,
         },
@@ -191,7 +192,7 @@ def get_contract(contract_id: str) -> Response:
     One contract with its content hash and retirement, if any.
     """
     NoQuery.parse()
-    return reply(Contract, contracts_service.find_contract(db_session(), contract_id).to_dict())
+    return reply(Contract, contracts_service.find_contract(db_session(), contract_id))
 
 
 @bp.get("/contracts/<contract_id>/verify")
@@ -236,7 +237,7 @@ def retire(contract_id: str) -> Response:
         actor=current_principal().name,
         request_key=request_key("retireContract"),
     )
-    return reply(Contract, contract.to_dict())
+    return reply(Contract, contract)
 
 
 class ActiveContractQuery(Query):
@@ -259,4 +260,4 @@ def active_contract(model: str) -> Response:
     The model's active contract at ``at`` (default now).
     """
     at: datetime = ActiveContractQuery.parse().at or utcnow()
-    return reply(Contract, contracts_service.active_contract(db_session(), model, at).to_dict())
+    return reply(Contract, contracts_service.active_contract(db_session(), model, at))
