@@ -27,6 +27,8 @@ from tests.integration.conftest import ADMIN_TOKEN, fresh_database
 from tests.integration.factories import fit_body
 from tests.integration.test_stream import minutes_ago
 
+pytestmark = pytest.mark.slow
+
 CALMON = Path(sys.executable).parent / "calmon"
 
 
@@ -103,7 +105,7 @@ def serving(url: str, tmp_path: Path, **settings: str) -> Iterator[Served]:
     )
     server = Served(f"http://127.0.0.1:{port}", process, tmp_path / "metrics")
     try:
-        wait_until(lambda: server.call("GET", "/healthz")[0] == 200, 30, "calmon to start")
+        wait_until(lambda: server.call("GET", "/healthz")[0] == 200, 60, "calmon to start")
         yield server
     finally:
         process.terminate()
