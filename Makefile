@@ -5,10 +5,11 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 WORKERS ?= 2
-# pytest-xdist processes for the suites that run in parallel (`auto`: one per core).
+# pytest-xdist processes for the suites that run in parallel (`auto`: one per core). `make test`
+# keeps each module on one worker (loadscope), so a module-scoped server or demo run starts once.
 TEST_WORKERS ?= auto
 PYTEST := $(BIN)/python -m pytest
-XDIST := -n $(TEST_WORKERS) --dist loadgroup
+XDIST := -n $(TEST_WORKERS)
 # When make started, for the total `make test` prints; each stage's wall time is added to
 # STAGE_TIMES as it ends, and the list is printed at the end.
 START := $(shell date +%s)
@@ -54,9 +55,9 @@ check: lint
 test: $(BIN)/activate
 	@rm -f $(STAGE_TIMES)
 	$(call timed,lint,$(MAKE) --no-print-directory lint)
-	$(call timed,pytest on SQLite,CALMON_TEST_BACKEND=sqlite $(PYTEST) $(XDIST) --ignore=tests/failover)
+	$(call timed,pytest on SQLite,CALMON_TEST_BACKEND=sqlite $(PYTEST) $(XDIST) --dist loadscope --ignore=tests/failover)
 ifdef CALMON_TEST_DATABASE_URL
-	$(call timed,pytest on PostgreSQL,CALMON_TEST_BACKEND=postgresql $(PYTEST) $(XDIST) tests/integration)
+	$(call timed,pytest on PostgreSQL,CALMON_TEST_BACKEND=postgresql $(PYTEST) $(XDIST) --dist loadscope tests/integration)
 else
 	@echo "== PostgreSQL skipped: CALMON_TEST_DATABASE_URL is not set (.ci/run sets it) =="
 endif

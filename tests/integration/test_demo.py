@@ -35,10 +35,6 @@ MODEL = "demo-test"
 END = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 HOUR = 3600.0
 
-# One demo run for the module: its tests run on one pytest-xdist worker, which runs it once.
-pytestmark = pytest.mark.xdist_group("demo")
-
-
 # --- the scenario generator, no service ----------------------------------------------------
 
 

@@ -16,8 +16,7 @@ from tests.integration.factories import fit_body
 from tests.integration.test_served import Served, serving_fresh
 from tests.integration.test_stream import minutes_ago
 
-# One server for the module: its tests run on one pytest-xdist worker, which starts it once.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("served-edge")]
+pytestmark = pytest.mark.slow
 
 LIMIT = 4_000
 
