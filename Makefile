@@ -1,12 +1,28 @@
-# Two commands from a fresh clone: `make run` and `make test`.
+# Two commands from a fresh clone: `make run` and `make test`; `make check` is the inner loop.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 WORKERS ?= 2
+# pytest-xdist processes for the suites that run in parallel (`auto`: one per core). `make test`
+# keeps each module on one worker (loadscope), so a module-scoped server or demo run starts once.
+TEST_WORKERS ?= auto
+PYTEST := $(BIN)/python -m pytest
+XDIST := -n $(TEST_WORKERS)
+# When make started, for the total `make test` prints; each stage's wall time is added to
+# STAGE_TIMES as it ends, and the list is printed at the end.
+START := $(shell date +%s)
+STAGE_TIMES := $(VENV)/.stage-times
 
-.PHONY: run test lint migrate bench clean
+# $(call timed,STAGE,COMMAND): run COMMAND (shown), record STAGE's wall time, keep its status.
+define timed
+@echo "== $(1) =="
+@t=$$(date +%s); (set -x; $(2)); status=$$?; \
+	echo "$(1): $$(( $$(date +%s) - t )) s" | tee -a $(STAGE_TIMES); exit $$status
+endef
+
+.PHONY: run check test lint migrate bench clean
 
 $(BIN)/activate: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,17 +46,25 @@ lint: $(BIN)/activate
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: lint
-	@echo "== pytest on SQLite =="
-	CALMON_TEST_BACKEND=sqlite $(BIN)/python -m pytest --ignore=tests/failover
-	@if [ -n "$$CALMON_TEST_DATABASE_URL" ]; then \
-		echo "== pytest on PostgreSQL ($$CALMON_TEST_DATABASE_URL) =="; \
-		CALMON_TEST_BACKEND=postgresql $(BIN)/python -m pytest tests/integration; \
-	else \
-		echo "== PostgreSQL skipped: CALMON_TEST_DATABASE_URL is not set (.ci/run sets it) =="; \
-	fi
-	@echo "== failover: calmon on pg_auto_failover formations of its own (root, pg_autoctl) =="
-	$(BIN)/python -m pytest tests/failover -s
+# The inner loop: lint and types, then every test not marked slow, on SQLite, in parallel.
+check: lint
+	CALMON_TEST_BACKEND=sqlite $(PYTEST) $(XDIST) -m "not slow" --ignore=tests/failover -q
+
+# Everything, on both backends. The failover tests run alone, one at a time: they time failovers
+# of formations of their own, and take root network namespaces.
+test: $(BIN)/activate
+	@rm -f $(STAGE_TIMES)
+	$(call timed,lint,$(MAKE) --no-print-directory lint)
+	$(call timed,pytest on SQLite,CALMON_TEST_BACKEND=sqlite $(PYTEST) $(XDIST) --dist loadscope --ignore=tests/failover)
+ifdef CALMON_TEST_DATABASE_URL
+	$(call timed,pytest on PostgreSQL,CALMON_TEST_BACKEND=postgresql $(PYTEST) $(XDIST) --dist loadscope tests/integration)
+else
+	@echo "== PostgreSQL skipped: CALMON_TEST_DATABASE_URL is not set (.ci/run sets it) =="
+endif
+	$(call timed,failover on pg_auto_failover formations of its own,$(PYTEST) tests/failover -s)
+	@echo "== make test wall times =="
+	@cat $(STAGE_TIMES)
+	@echo "total: $$(( $$(date +%s) - $(START) )) s"
 
 migrate: $(BIN)/activate
 	$(BIN)/calmon migrate

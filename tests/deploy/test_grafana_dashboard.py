@@ -146,6 +146,7 @@ def test_queries_use_only_exported_metric_names(dashboard: dict[str, Any]) -> No
     assert not unknown, f"names calmon does not export: {sorted(unknown)}"
 
 
+@pytest.mark.slow
 def test_queries_parse(dashboard: dict[str, Any], tmp_path: Path) -> None:
     # promtool has no "parse this expression" command, but it parses every rule's expr: wrap the
     # dashboard's queries into recording rules. JSON is YAML, so no YAML writer is needed.

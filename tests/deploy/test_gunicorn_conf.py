@@ -208,6 +208,7 @@ def answer_from_every_worker(served: Gunicorn, workers: set[int]) -> int:
     return answered
 
 
+@pytest.mark.slow
 def test_gunicorn_serves_and_metrics_add_up_across_two_workers(tmp_path: Path) -> None:
     with gunicorn_with_the_config_file(tmp_path) as served:
         # on_starting ran: the operator's directory was wiped before the workers started.

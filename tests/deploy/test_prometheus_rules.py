@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.deploy import DEPLOY, KNOWN_SERIES, assert_ok, metric_names, promtool
@@ -47,6 +48,7 @@ def rule_blocks(text: str) -> dict[str, str]:
     return {m.group(2): text[m.start() : end] for m, end in zip(starts, ends, strict=True)}
 
 
+@pytest.mark.slow
 def test_config_is_valid_and_loads_the_rules() -> None:
     result = promtool("check", "config", CONFIG)
     assert_ok(result)
@@ -64,10 +66,12 @@ def test_config_scrapes_calmon() -> None:
     assert "127.0.0.1:8000" in text  # the comment on running next to `make run`
 
 
+@pytest.mark.slow
 def test_rules_are_valid_and_lint_clean() -> None:
     assert_ok(promtool("check", "rules", "--lint=all", "--lint-fatal", RULES))
 
 
+@pytest.mark.slow
 def test_promtool_unit_tests_pass() -> None:
     result = promtool("test", "rules", RULE_TESTS)
     assert_ok(result)

@@ -299,6 +299,7 @@ def test_the_contract_page_shows_the_choice_table(client: FlaskClient, auth: Aut
     assert 'id="selection"' not in other.get_data(as_text=True)
 
 
+@pytest.mark.slow
 def test_calmon_fit_takes_a_family_and_auto(served: Served, tmp_path: Path) -> None:  # noqa: F811
     fit_x, fit_y = _data("multiclass", 400, 1)
     eval_x, eval_y = _data("multiclass", 300, 2)

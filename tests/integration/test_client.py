@@ -69,6 +69,7 @@ class _ClosedColumn:
         raise OSError("column source closed")
 
 
+@pytest.mark.slow
 def test_logging_and_the_synchronous_calls(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -168,6 +169,7 @@ def _run_exiting_script(
     )
 
 
+@pytest.mark.slow
 def test_rows_logged_before_exit_are_flushed_at_exit(tmp_path: Path) -> None:
     with serving_fresh(tmp_path) as server, Calmon(server.url, ADMIN_TOKEN) as probe:
         probe.fit(fit_body("glyphs"))
@@ -176,6 +178,7 @@ def test_rows_logged_before_exit_are_flushed_at_exit(tmp_path: Path) -> None:
         assert probe.calibration("glyphs", window="24h").n_predictions == 3_000
 
 
+@pytest.mark.slow
 def test_rows_an_unreachable_service_never_got_are_reported_at_exit(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     started = time.monotonic()
@@ -211,6 +214,7 @@ def _server(url: str, port: int, tmp_path: Path) -> Iterator[subprocess.Popen[by
             process.wait(timeout=30)
 
 
+@pytest.mark.slow
 def test_a_service_down_for_30_seconds_loses_nothing(tmp_path: Path) -> None:
     port = free_port()
     base = f"http://127.0.0.1:{port}"

@@ -35,7 +35,6 @@ MODEL = "demo-test"
 END = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 HOUR = 3600.0
 
-
 # --- the scenario generator, no service ----------------------------------------------------
 
 
@@ -161,6 +160,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoRun]:
         yield DemoRun(server, result)
 
 
+@pytest.mark.slow
 def test_demo_succeeds_and_registers_a_contract_fitted_by_the_service(demo: DemoRun) -> None:
     assert demo.result.returncode == 0, demo.result.stderr
     contract = demo.get(f"/v1/models/{MODEL}/contract")
@@ -171,6 +171,7 @@ def test_demo_succeeds_and_registers_a_contract_fitted_by_the_service(demo: Demo
     assert contract["baseline"]["eval"]["calibrated"]["n"] > 0
 
 
+@pytest.mark.slow
 def test_three_cohorts_have_labeled_readings(demo: DemoRun) -> None:
     slices = {s["cohort"]: s for s in demo.get(f"/v1/models/{MODEL}/cohorts")["slices"]}
     assert {f"region={c}" for c in COHORTS} <= set(slices)
@@ -178,6 +179,7 @@ def test_three_cohorts_have_labeled_readings(demo: DemoRun) -> None:
         assert slices[f"region={cohort}"]["n_labeled"] >= 200
 
 
+@pytest.mark.slow
 def test_only_the_over_confident_cohort_is_flagged(demo: DemoRun) -> None:
     readings = {c: demo.reading(f"region:{c}") for c in COHORTS}
     drifting = readings.pop(DRIFTING)
@@ -192,6 +194,7 @@ def test_only_the_over_confident_cohort_is_flagged(demo: DemoRun) -> None:
         assert drifting["metrics"]["ece"] > 2 * reading["metrics"]["ece"], cohort
 
 
+@pytest.mark.slow
 def test_the_newest_predictions_are_still_unlabeled(demo: DemoRun) -> None:
     latest = demo.reading("all", window="1h")
     assert latest["n_predictions"] > 0
@@ -201,6 +204,7 @@ def test_the_newest_predictions_are_still_unlabeled(demo: DemoRun) -> None:
     assert day["n_predictions"] == 12 * 600
 
 
+@pytest.mark.slow
 def test_the_drift_status_gauges_are_published(demo: DemoRun) -> None:
     samples = metric_samples(demo.server.call("GET", "/metrics", token=None)[1])
     status = {
@@ -214,6 +218,7 @@ def test_the_drift_status_gauges_are_published(demo: DemoRun) -> None:
     assert [status[f"region={c}"] for c in COHORTS if c != DRIFTING] == [0, 0]
 
 
+@pytest.mark.slow
 def test_the_report_says_where_to_look(demo: DemoRun) -> None:
     out, url = demo.result.stdout, demo.server.url
     assert f"{url}/ui/models/{MODEL}" in out
@@ -222,6 +227,7 @@ def test_the_report_says_where_to_look(demo: DemoRun) -> None:
     assert "predictions" in demo.result.stderr and "labels" in demo.result.stderr
 
 
+@pytest.mark.slow
 def test_a_wrong_token_or_no_service_is_a_clear_error(demo: DemoRun) -> None:
     wrong = run_demo(demo.server.url, "--token", "calmon_not-a-token", "--wait", "0")
     assert wrong.returncode == 2, wrong.stderr
@@ -237,6 +243,7 @@ def test_without_a_token_the_cli_says_where_to_give_one() -> None:
     assert missing.returncode == 2 and "CALMON_TOKEN" in missing.stderr
 
 
+@pytest.mark.slow
 def test_the_demo_leaves_a_model_it_did_not_make_alone(demo: DemoRun) -> None:
     status, _ = demo.server.call("POST", "/v1/contracts/fit", fit_body("glyphs"))
     assert status == 201

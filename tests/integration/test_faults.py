@@ -74,6 +74,7 @@ def worker_pids(master: int) -> list[int]:
     return pids
 
 
+@pytest.mark.slow
 def test_a_killed_worker_loses_no_acknowledged_prediction(served: Served) -> None:  # noqa: F811
     assert served.call("POST", "/v1/contracts/fit", fit_body("faulty"))[0] == 201
     acknowledged: list[dict[str, Any]] = []
@@ -121,6 +122,7 @@ def test_a_killed_worker_loses_no_acknowledged_prediction(served: Served) -> Non
     assert status == 200 and got["n_predictions"] >= 300 * len(acknowledged)
 
 
+@pytest.mark.slow
 def test_a_request_cut_off_mid_body_writes_nothing(served: Served) -> None:  # noqa: F811
     assert served.call("POST", "/v1/contracts/fit", fit_body("faulty"))[0] == 201
     body = json.dumps(batch("cut", 500)).encode()
@@ -192,6 +194,7 @@ def private_postgres() -> Iterator[tuple[str, Any]]:
         shutil.rmtree(home, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_a_database_outage_is_a_503_and_the_service_recovers(
     private_postgres, tmp_path: Path
 ) -> None:

@@ -345,6 +345,7 @@ def run_cli(*args: str, env_token: str | None = None) -> subprocess.CompletedPro
     )
 
 
+@pytest.mark.slow
 def test_cli_gate_exit_codes(served: Served, tmp_path: Path) -> None:  # noqa: F811
     status, contract = served.call("POST", "/v1/contracts/fit", fit_body("cli"))
     assert status == 201
@@ -381,6 +382,7 @@ def test_cli_gate_exit_codes(served: Served, tmp_path: Path) -> None:  # noqa: F
     assert usage.returncode == 2
 
 
+@pytest.mark.slow
 def test_cli_fit_registers_a_contract_from_csv_and_npz(
     served: Served,  # noqa: F811
     tmp_path: Path,
@@ -597,6 +599,7 @@ evaluations = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(
     max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

@@ -288,6 +288,7 @@ def test_registered_extreme_contracts_cannot_make_a_bucket_infinite(
     assert got["drift"]["refit_temperature"] is not None
 
 
+@pytest.mark.slow
 def test_a_100000_item_batch(client: FlaskClient, auth: Auth) -> None:
     client.post("/v1/contracts/fit", json=fit_body(), headers=auth.headers())
     ts = minutes_ago(2)

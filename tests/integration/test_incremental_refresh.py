@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
+import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import event
@@ -282,6 +283,7 @@ def test_a_scrape_during_a_refresh_sees_the_previous_exposition_whole(
     assert gauge(after, "calmon_predictions", model="second", **cell) == 15
 
 
+@pytest.mark.slow
 def test_the_fleet_page_paginates_worst_first(
     app: Flask, client: FlaskClient, auth: Auth, db: Database
 ) -> None:

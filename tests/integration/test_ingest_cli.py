@@ -68,6 +68,7 @@ def _ingest(
     return code, out, err
 
 
+@pytest.mark.slow
 def test_files_of_each_format_are_ingested_once(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -312,6 +312,7 @@ def judge(response: Any, body: str, path: str, value: str) -> str | None:
     return None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(BODIES))
 def test_every_body_field_refuses_every_wrong_type(world: World, name: str) -> None:
     failures = body_failures(world, name)

@@ -190,6 +190,7 @@ def test_the_refresher_folds_between_its_cycles(
     assert window(client, auth, now)["n_labeled"] == N
 
 
+@pytest.mark.slow
 def test_calmon_refresh_loop_folds_waiting_labels(
     client: FlaskClient, auth: Auth, db: Database, database_url: str
 ) -> None:

@@ -35,6 +35,8 @@ from service.web.routes import api_document
 from tests.integration.conftest import Auth, wipe
 from tests.integration.factories import fit_body
 
+pytestmark = pytest.mark.slow
+
 EXAMPLES = int(os.environ.get("CALMON_FUZZ_EXAMPLES", "100"))
 CHECKS = [
     not_a_server_error,

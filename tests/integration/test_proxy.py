@@ -32,12 +32,16 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import pytest
+
 from service.db.migrate import upgrade_to_head
 from tests.deploy.nginx import running_nginx
 from tests.integration.conftest import ADMIN_TOKEN, fresh_database
 from tests.integration.factories import fit_body
 from tests.integration.test_served import CALMON, STARTUP_SECONDS, free_port, wait_until
 from tests.integration.test_stream import minutes_ago
+
+pytestmark = pytest.mark.slow
 
 #: How long a probe waits for its answer (a kubelet's probe gives up after its timeoutSeconds).
 PROBE_SECONDS = 2.0

@@ -78,6 +78,7 @@ def logged(name: str) -> Iterator[list[logging.LogRecord]]:
         logger.removeHandler(handler)
 
 
+@pytest.mark.slow
 def test_a_poisoned_model_does_not_stop_another_models_gauges(
     app: Flask, client: FlaskClient, auth: Auth, db: Database
 ) -> None:
@@ -190,6 +191,7 @@ def test_a_refresh_loop_outlives_a_database_outage() -> None:
         db.dispose()
 
 
+@pytest.mark.slow
 def test_refresh_failures_add_up_under_gunicorn(tmp_path: Path) -> None:
     """The refresher thread runs in a gunicorn worker: its counter reaches every worker's
     /metrics through the multiprocess files, and the ages tell the poisoned model apart."""

@@ -107,6 +107,7 @@ def browser() -> Iterator[Browser]:
         chrome.close()
 
 
+@pytest.mark.slow
 def test_the_review_page_in_a_browser(served: Served, browser: Browser) -> None:  # noqa: F811
     status, contract = served.call("POST", "/v1/contracts/fit", fit_body("glyphs"))
     assert status == 201

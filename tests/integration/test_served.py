@@ -27,6 +27,8 @@ from tests.integration.conftest import ADMIN_TOKEN, fresh_database
 from tests.integration.factories import fit_body
 from tests.integration.test_stream import minutes_ago
 
+pytestmark = pytest.mark.slow
+
 CALMON = Path(sys.executable).parent / "calmon"
 
 

@@ -19,6 +19,8 @@ from tests.integration.test_gate import run_cli
 from tests.integration.test_served import Served, serving_fresh
 from tests.integration.test_stream import minutes_ago
 
+pytestmark = pytest.mark.slow
+
 LIMIT = 4_000
 
 

@@ -111,6 +111,7 @@ def other_site() -> Iterator[tuple[str, dict[str, bytes]]]:
         server.server_close()
 
 
+@pytest.mark.slow
 def test_a_browser_is_not_signed_in_by_another_sites_page(
     served: Served,  # noqa: F811
     other_site: tuple[str, dict[str, bytes]],

@@ -689,6 +689,7 @@ def test_refit_temperature_is_measured_per_cohort(client: FlaskClient, auth: Aut
     assert sharp > 2.0 > 1.5 > plain
 
 
+@pytest.mark.slow
 def test_a_batch_spread_over_thousands_of_buckets_is_stored_and_labeled(
     client: FlaskClient, auth: Auth
 ) -> None:

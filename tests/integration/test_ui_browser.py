@@ -20,6 +20,8 @@ from tests.integration.factories import fit_body
 from tests.integration.test_served import Served, free_port, served, wait_until  # noqa: F401
 from tests.integration.test_stream import minutes_ago
 
+pytestmark = pytest.mark.slow
+
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 #: The history chart's colours (templates/ui/history.svg): the interval band and the points.
 BAND = (0xA5, 0xD8, 0xFF)

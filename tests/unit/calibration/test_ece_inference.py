@@ -176,6 +176,7 @@ same_sided = st.integers(min_value=1, max_value=10).flatmap(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(same_sided)
 def test_the_p_value_never_rises_as_the_gaps_grow(table):

@@ -160,7 +160,9 @@ def _reference_objective(theta, features, y, full):
     return value, np.r_[grad_w.ravel(), grad_b]
 
 
-@pytest.mark.parametrize("full", [False, True], ids=["vector", "matrix"])
+@pytest.mark.parametrize(
+    "full", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["vector", "matrix"]
+)
 @pytest.mark.parametrize(("name", "logits", "labels"), MULTICLASS, ids=[m[0] for m in MULTICLASS])
 def test_vector_and_matrix_reach_the_reference_optimum(name, logits, labels, full):
     features = log_softmax(logits)

@@ -217,6 +217,7 @@ BREAST_CANCER_MODELS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", list(BREAST_CANCER_MODELS))
 def test_platt_equals_logistic_regression_on_breast_cancer_splits(model):
     X, y = BREAST_CANCER.data, BREAST_CANCER.target

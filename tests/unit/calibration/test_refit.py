@@ -276,7 +276,7 @@ def test_scaling_the_logits_scales_the_refit_temperature(seed, c, K):
     assert scaled.temperature > base.temperature
 
 
-@pytest.mark.parametrize("kind", ["binary", 2, 3, 10, 100])
+@pytest.mark.parametrize("kind", ["binary", 2, 3, 10, pytest.param(100, marks=pytest.mark.slow)])
 def test_refit_matches_the_exact_optimum_over_random_data(kind):
     """N from 2 to 100,000, T' from 0.2 to 5, logit scale from 0.01 to 50, three shapes."""
     rng = np.random.default_rng([11, 0 if kind == "binary" else kind])
@@ -349,6 +349,7 @@ def test_multiclass_refit_on_top_of_a_temperature_calibrator_matches_refit_tempe
     assert 2.5 / 1.4 * 0.8 < est.temperature < 2.5 / 1.4 * 1.25
 
 
+@pytest.mark.slow
 def test_standard_error_matches_the_spread_over_repeated_data_sets():
     rng = np.random.default_rng(2024)
     N, K, t_true, T0 = 2_000, 10, 1.5, 1.3

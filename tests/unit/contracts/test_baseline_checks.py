@@ -168,6 +168,7 @@ def _unread(loc: tuple[Any, ...], body: dict[str, Any]) -> bool:
     return key in {"mce_supported_n", "mce_min_rows"} and "mce_supported" not in reading
 
 
+@pytest.mark.slow
 @settings(max_examples=600, deadline=None)
 @given(_changed())
 def test_what_the_rules_accept_the_declaration_accepts(

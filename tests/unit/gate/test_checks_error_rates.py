@@ -71,6 +71,7 @@ def judged_on_fresh_sets(population, shape, level, rows, runs, seed):
     return decisions
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("population", "method"),
     [("k10", "temperature"), ("beta25", "temperature"), ("beta25", "platt")],

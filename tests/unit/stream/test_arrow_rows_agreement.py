@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -146,6 +147,7 @@ def prediction_tables(draw: st.DrawFn, task: str) -> pa.Table:
     return pa.table(columns)
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(task=st.sampled_from(["multiclass", "binary"]), data=st.data())
 def test_arrow_predictions_are_judged_as_the_same_json_items(

@@ -138,12 +138,14 @@ def check(items: list[Any], task: str) -> None:
 SETTINGS = settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck))
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(batches("logits", st.lists(NUMBER, min_size=K, max_size=K)))
 def test_multiclass_batches_get_the_declared_verdict_and_errors(items: list[Any]) -> None:
     check(items, "multiclass")
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(batches("score", st.floats(0, 1)))
 def test_binary_batches_get_the_declared_verdict_and_errors(items: list[Any]) -> None:
