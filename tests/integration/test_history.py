@@ -116,3 +116,13 @@ def test_bad_queries_name_their_parameter(
 
 def test_unknown_model(client: FlaskClient, auth: Auth) -> None:
     assert client.get("/v1/models/nobody/history", headers=auth.headers()).status_code == 404
+
+
+@pytest.mark.parametrize("end", ["2000-01-01T02:58:58Z", "2000-01-03T00:00:00Z"])
+def test_a_default_start_is_never_before_the_earliest_timestamp(
+    client: FlaskClient, auth: Auth, end: str
+) -> None:
+    contract(client, auth)
+    found = history(client, auth, f"end={end}")
+    assert parse(found["start"]) == datetime(2000, 1, 1, tzinfo=UTC)
+    assert parse(found["end"]) >= parse(end)

@@ -13,6 +13,7 @@ from pydantic import WithJsonSchema
 from service.auth.tokens import Permission
 from service.common.clock import utcnow
 from service.common.errors import ErrorDetail, ValidationFailed
+from service.common.values import EARLIEST_TIMESTAMP
 from service.config import Settings
 from service.stream import fold, ingestion, monitoring
 from service.stream import history as histories
@@ -209,7 +210,8 @@ DEFAULT_HISTORY = timedelta(days=7)
 
 
 class HistoryRangeQuery(Query):
-    """A history's range: ``start`` (default ``end`` minus 7 days) to ``end`` (default now) in
+    """A history's range: ``start`` (default ``end`` minus 7 days, not before
+    ``EARLIEST_TIMESTAMP``) to ``end`` (default now) in
     ``step``s (default 1h, a multiple of 5 minutes) of a cohort slice."""
 
     start: TimestampParam = None
@@ -224,7 +226,7 @@ class HistoryRangeQuery(Query):
     def range(self, now: datetime) -> tuple[datetime, datetime, timedelta]:
         """``start``, ``end`` and ``step`` with their defaults."""
         end = self.end or now
-        start = self.start or end - DEFAULT_HISTORY
+        start = self.start or max(end - DEFAULT_HISTORY, EARLIEST_TIMESTAMP)
         try:
             step = parse_duration(self.step or "1h")
         except WindowError as exc:
