@@ -7,15 +7,23 @@ per rule and window of calmon's default CALMON_WINDOWS), apply the inhibition ru
 combination of them the way Alertmanager does (a target is inhibited by another firing alert
 that matches a rule's source matchers and carries the same values of its ``equal`` labels), and
 check that one alert per model and cohort stays active: the shortest window's critical alert, or
-without one the shortest window's warning.
+without one the shortest window's warning. The last test posts such alerts to a real Alertmanager
+(the same package's ``prometheus-alertmanager``) running the example and reads which are left
+uninhibited.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import re
 import shutil
+import socket
 import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +127,10 @@ def active(
 
 
 def describe(alert: dict[str, str]) -> str:
-    return f"{alert['alertname']}{{window={alert.get('window')}, cohort={alert.get('cohort')}}}"
+    return (
+        f"{alert['alertname']}{{model={alert.get('model')}, cohort={alert.get('cohort')}, "
+        f"window={alert.get('window')}}}"
+    )
 
 
 def test_amtool_accepts_the_config() -> None:
@@ -212,3 +223,114 @@ def test_alerts_without_a_window_are_never_inhibited() -> None:
     everything = cell_alerts() + unwindowed
     left = active(everything, inhibit_rules)
     assert [describe(a) for a in unwindowed if a not in left] == []
+
+
+ALERTMANAGER_MISSING = (
+    "prometheus-alertmanager is not on PATH. `.ci/run` installs it with Debian's "
+    "prometheus-alertmanager package; install it the same way."
+)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def http_json(url: str, body: Any = None) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        url,
+        data=data,
+        headers={"Content-Type": "application/json"},
+        method="GET" if data is None else "POST",
+    )
+    with urllib.request.urlopen(request, timeout=5) as reply:
+        text = reply.read().decode()
+    return json.loads(text) if text else None
+
+
+@pytest.fixture
+def alertmanager(tmp_path: Path) -> Iterator[str]:
+    """A real Alertmanager on a free port with the example configuration, its receivers'
+    webhooks pointed at a closed local port (no notification leaves the host); its base URL."""
+    exe = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+    if exe is None:
+        pytest.fail(ALERTMANAGER_MISSING, pytrace=False)
+    config = tmp_path / "alertmanager.yml"
+    config.write_text(
+        re.sub(r"url: http://[^/\s]+/", "url: http://127.0.0.1:9/", CONFIG.read_text())
+    )
+    port = free_port()
+    log = (tmp_path / "alertmanager.log").open("w")
+    process = subprocess.Popen(
+        [
+            exe,
+            f"--config.file={config}",
+            f"--storage.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address=",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert process.poll() is None, (tmp_path / "alertmanager.log").read_text()
+            try:
+                urllib.request.urlopen(f"{base}/-/ready", timeout=2).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, (tmp_path / "alertmanager.log").read_text()
+                time.sleep(0.2)
+        yield base
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+
+
+def test_a_running_alertmanager_leaves_one_drift_alert_per_cohort_uninhibited(
+    alertmanager: str,
+) -> None:
+    # Every windowed drift alert of fraud/all, and the longest window's warning of another
+    # cohort and another model.
+    paging = cell_alerts()
+    longest = windows_shortest_first()[-1]
+    others = [
+        a
+        for a in cell_alerts(cohort="region=eu") + cell_alerts(model="churn")
+        if a["window"] == longest and a["severity"] == "warning"
+    ]
+    starts = datetime.now(UTC) - timedelta(minutes=5)
+    posted = [
+        {
+            "labels": labels,
+            "annotations": {"summary": describe(labels)},
+            "startsAt": starts.isoformat(),
+        }
+        for labels in paging + others
+    ]
+    http_json(f"{alertmanager}/api/v2/alerts", posted)
+
+    expected = sorted(describe(a) for a in [paging[0], *others])
+    deadline = time.monotonic() + 30
+    while True:
+        every = http_json(f"{alertmanager}/api/v2/alerts")
+        left = http_json(f"{alertmanager}/api/v2/alerts?inhibited=false")
+        active_now = sorted(describe(a["labels"]) for a in left)
+        if len(every) == len(posted) and active_now == expected:
+            break
+        assert time.monotonic() < deadline, f"active {active_now}, expected {expected}"
+        time.sleep(0.5)
+
+    inhibited = [a for a in every if a["status"]["inhibitedBy"]]
+    assert len(inhibited) == len(paging) - 1
+    assert all(a["status"]["state"] == "suppressed" for a in inhibited)
