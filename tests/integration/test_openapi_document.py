@@ -32,7 +32,7 @@ ROLE_TABLE: dict[tuple[str, str], set[str]] = {
     ("GET", "/v1/gate/decisions"): {"reader", "gate", "admin"},
     ("GET", "/v1/audit/events"): {"reader", "gate", "admin"},
     ("GET", "/v1/audit/verify"): {"reader", "gate", "admin"},
-    ("GET", "/v1/openapi.json"): {"reader", "gate", "admin"},
+    ("GET", "/v1/openapi.json"): {"reader", "ingest", "gate", "admin"},
     ("GET", "/v1/models/{model}/reliability.svg"): {"reader", "gate", "admin"},
     ("GET", "/v1/models/{model}/history.svg"): {"reader", "gate", "admin"},
     ("GET", "/v1/contracts/{contract_id}/reliability.svg"): {"reader", "gate", "admin"},
@@ -202,3 +202,10 @@ def test_a_path_parameter_states_what_its_route_takes(client: FlaskClient, auth:
     assert client.get("/v1/contracts/fit", headers=auth.headers()).status_code == 405
     assert not pattern.search("fit")
     assert pattern.search("fitted") and pattern.search("some-id")
+
+
+def test_the_document_is_served_without_a_token(client: FlaskClient) -> None:
+    response = client.get("/v1/openapi.json")
+    assert response.status_code == 200
+    assert response.get_json() == json.loads(json.dumps(api_document()))
+    assert response.get_json()["paths"]["/v1/openapi.json"]["get"]["security"] == []

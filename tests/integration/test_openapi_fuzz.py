@@ -113,6 +113,7 @@ ALLOWANCES: dict[str, dict[str, str]] = {
         "policy\\.(c_fp|c_fn)": PAIR,
         "policy\\..*": COUNT,
     },
+    "POST /v1/contracts/{contract_id}/retire": {"reason": BLANK},
     "POST /v1/gate": {"evaluation\\..*": BY_CLASSES, "policy\\..*": COUNT},
     "POST /v1/labels": {"model|contract_id": ARROW_QUERY, "labels\\[\\]\\.ts": CLOCK},
     "POST /v1/predictions": {
