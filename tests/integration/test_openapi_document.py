@@ -22,6 +22,7 @@ ROLE_TABLE: dict[tuple[str, str], set[str]] = {
     ("GET", "/v1/contracts/{contract_id}"): {"reader", "gate", "admin"},
     ("GET", "/v1/contracts/{contract_id}/verify"): {"reader", "gate", "admin"},
     ("POST", "/v1/contracts/{contract_id}/retire"): {"admin"},
+    ("GET", "/v1/models"): {"reader", "gate", "admin"},
     ("GET", "/v1/models/{model}/contract"): {"reader", "gate", "admin"},
     ("POST", "/v1/predictions"): {"ingest", "admin"},
     ("POST", "/v1/labels"): {"ingest", "admin"},
