@@ -32,6 +32,7 @@ $(BIN)/activate: pyproject.toml
 
 run: $(BIN)/activate
 	$(BIN)/calmon migrate
+	@echo "calmon: open http://$(HOST):$(PORT)/ui"
 	@if [ -z "$$CALMON_ADMIN_TOKEN" ]; then \
 		token=$$($(BIN)/python -c 'from service.auth.tokens import new_token; print(new_token())'); \
 		echo "CALMON_ADMIN_TOKEN not set; generated an admin token for this run:"; \

@@ -185,6 +185,79 @@ def fleet_overview(session: Session, windows: Sequence[str], now: datetime, page
     )
 
 
+@dataclass(frozen=True)
+class WindowSummary:
+    """A model's stored state in one window: the worst status of its slices there, and the
+    ``all`` slice's labeled predictions and predictions (0 without a stored ``all`` reading)."""
+
+    window: str
+    status: str
+    labeled_predictions: int
+    predictions: int
+
+
+@dataclass(frozen=True)
+class ModelSummary:
+    """One model of the fleet: its worst stored status over every slice and window (None before
+    its first refresh, as on the fleet page), its current contract, its state per window (in
+    the refresher's order; windows without a stored reading are left out) and the labels
+    waiting for their prediction."""
+
+    model: str
+    status: str | None
+    contract_id: str
+    contract_version: int
+    windows: tuple[WindowSummary, ...]
+    waiting_labels: int
+
+
+def model_summaries(
+    session: Session, windows: Sequence[str], now: datetime, offset: int, limit: int
+) -> list[tuple[int, ModelSummary]]:
+    """Up to ``limit`` models of the fleet after the first ``offset``, in the fleet page's
+    order (worst status first, then by name), each with its 1-based position in that order.
+
+    Read from the stored readings as ``fleet_overview`` reads them, without the audit lookups:
+    a model's ``status`` is the fleet page's, and each window's is the worst of its slices."""
+    names, _ = page_of_models(session, offset, limit)
+    by_model: dict[str, list[ReadingRow]] = {name: [] for name, _ in names}
+    if names:
+        for row in all_readings(session, models=list(by_model)):
+            by_model[row.model].append(row)
+    contracts = current_contracts(session, list(by_model), now)
+    waiting = waiting_label_counts(session, list(by_model))
+    out = []
+    for position, (name, _) in enumerate(names, start=offset + 1):
+        rows = by_model[name]
+        seen = {row.window for row in rows}
+        order = [w for w in windows if w in seen] + sorted(seen - set(windows))
+        per_window = []
+        for window in order:
+            in_window = [r for r in rows if r.window == window]
+            statuses = [str(r.values.get("status", Status.INSUFFICIENT_DATA)) for r in in_window]
+            overall = [r for r in in_window if r.cohort == ALL]
+            values = overall[0].values if overall else {}
+            per_window.append(
+                WindowSummary(
+                    window=window,
+                    status=worst_status(statuses) or Status.INSUFFICIENT_DATA,
+                    labeled_predictions=int(values.get("labeled_predictions") or 0),
+                    predictions=int(values.get("predictions") or 0),
+                )
+            )
+        contract = contracts[name]
+        summary = ModelSummary(
+            model=name,
+            status=worst_status([str(r.values.get("status")) for r in rows]),
+            contract_id=contract.id,
+            contract_version=contract.version,
+            windows=tuple(per_window),
+            waiting_labels=waiting.get(name, 0),
+        )
+        out.append((position, summary))
+    return out
+
+
 def slice_export(session: Session, model: str) -> SliceExport | None:
     """Which slices of ``model`` the refresher exports to Prometheus and how many it does not
     (None before its first refresh)."""

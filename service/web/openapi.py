@@ -18,7 +18,6 @@ from werkzeug.routing import Rule
 
 from service.auth.tokens import GRANTS, Permission
 from service.common.declared import Declared
-from service.web.auth import requires
 from service.web.operations import ARROW_STREAM, JSON, Operation, operation, operation_of
 from service.web.replies import Error
 from service.web.route_names import route_template, rule_converters
@@ -196,7 +195,6 @@ def document(app: Flask) -> dict[str, Any]:
 
 
 @bp.get("/openapi.json")
-@requires(Permission.READ)
 @operation(
     operation_id="openapi",
     media={JSON: {"type": "object"}},
@@ -205,7 +203,8 @@ def document(app: Flask) -> dict[str, Any]:
 def openapi() -> Response:
     """This document.
 
-    The OpenAPI description of this API (built once per application).
+    The OpenAPI description of this API (built once per application), served without a token:
+    it describes the API and holds no data.
     """
     app = current_app
     if "calmon.openapi" not in app.extensions:

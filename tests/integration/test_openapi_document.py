@@ -22,6 +22,7 @@ ROLE_TABLE: dict[tuple[str, str], set[str]] = {
     ("GET", "/v1/contracts/{contract_id}"): {"reader", "gate", "admin"},
     ("GET", "/v1/contracts/{contract_id}/verify"): {"reader", "gate", "admin"},
     ("POST", "/v1/contracts/{contract_id}/retire"): {"admin"},
+    ("GET", "/v1/models"): {"reader", "gate", "admin"},
     ("GET", "/v1/models/{model}/contract"): {"reader", "gate", "admin"},
     ("POST", "/v1/predictions"): {"ingest", "admin"},
     ("POST", "/v1/labels"): {"ingest", "admin"},
@@ -32,7 +33,7 @@ ROLE_TABLE: dict[tuple[str, str], set[str]] = {
     ("GET", "/v1/gate/decisions"): {"reader", "gate", "admin"},
     ("GET", "/v1/audit/events"): {"reader", "gate", "admin"},
     ("GET", "/v1/audit/verify"): {"reader", "gate", "admin"},
-    ("GET", "/v1/openapi.json"): {"reader", "gate", "admin"},
+    ("GET", "/v1/openapi.json"): {"reader", "ingest", "gate", "admin"},
     ("GET", "/v1/models/{model}/reliability.svg"): {"reader", "gate", "admin"},
     ("GET", "/v1/models/{model}/history.svg"): {"reader", "gate", "admin"},
     ("GET", "/v1/contracts/{contract_id}/reliability.svg"): {"reader", "gate", "admin"},
@@ -56,7 +57,8 @@ def test_the_openapi_document_describes_every_route(
     served = client.get("/v1/openapi.json", headers=auth.headers("reader")).get_json()
     assert served == json.loads(json.dumps(api_document()))
     documented = {(m.upper(), p) for p, ops in served["paths"].items() for m in ops}
-    api = {route for route in app_routes(app) if not route[1].startswith("/ui")}
+    # The review pages and the root (a redirect to them) are not part of the API.
+    api = {r for r in app_routes(app) if not r[1].startswith("/ui") and r[1] != "/"}
     assert documented == api
     refs = re.findall(r'"#/components/schemas/(\w+)"', json.dumps(served))
     assert set(refs) <= set(served["components"]["schemas"])
@@ -201,3 +203,10 @@ def test_a_path_parameter_states_what_its_route_takes(client: FlaskClient, auth:
     assert client.get("/v1/contracts/fit", headers=auth.headers()).status_code == 405
     assert not pattern.search("fit")
     assert pattern.search("fitted") and pattern.search("some-id")
+
+
+def test_the_document_is_served_without_a_token(client: FlaskClient) -> None:
+    response = client.get("/v1/openapi.json")
+    assert response.status_code == 200
+    assert response.get_json() == json.loads(json.dumps(api_document()))
+    assert response.get_json()["paths"]["/v1/openapi.json"]["get"]["security"] == []

@@ -88,6 +88,7 @@ ALLOWANCES: dict[str, dict[str, str]] = {
     "GET /v1/audit/verify": {"expected_seq|expected_sha256": TOGETHER},
     "GET /v1/contracts": {"active_at": CLOCK, "cursor": CURSOR},
     "GET /v1/gate/decisions": {"cursor": CURSOR},
+    "GET /v1/models": {"cursor": CURSOR},
     "GET /v1/models/{model}/calibration": WINDOW,
     "GET /v1/models/{model}/contract": {"at": CLOCK},
     "GET /v1/models/{model}/history": {**WINDOW, "step": STEP},
@@ -113,8 +114,13 @@ ALLOWANCES: dict[str, dict[str, str]] = {
         "policy\\.(c_fp|c_fn)": PAIR,
         "policy\\..*": COUNT,
     },
+    "POST /v1/contracts/{contract_id}/retire": {"reason": BLANK},
     "POST /v1/gate": {"evaluation\\..*": BY_CLASSES, "policy\\..*": COUNT},
-    "POST /v1/labels": {"model|contract_id": ARROW_QUERY, "labels\\[\\]\\.ts": CLOCK},
+    "POST /v1/labels": {
+        "model|contract_id": ARROW_QUERY,
+        "labels\\[\\]\\.ts": CLOCK,
+        "labels\\[\\]\\.label": BY_CLASSES,
+    },
     "POST /v1/predictions": {
         "model|contract_id": ARROW_QUERY,
         "predictions\\[\\]\\.ts": CLOCK,

@@ -130,6 +130,7 @@ def test_every_reply_carries_only_documented_keys(client: FlaskClient, auth: Aut
         "/v1/contracts/{contract_id}": f"/v1/contracts/{fitted['id']}",
         "/v1/contracts/{contract_id}/verify": f"/v1/contracts/{fitted['id']}/verify",
         "/v1/openapi.json": "/v1/openapi.json",
+        "/v1/models": "/v1/models?limit=1",
         "/v1/audit/events": "/v1/audit/events?limit=3",
         "/v1/audit/verify": "/v1/audit/verify",
         "/healthz": "/healthz",

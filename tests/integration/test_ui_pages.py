@@ -416,3 +416,9 @@ def test_history_svg_refuses_what_the_history_refuses(client: FlaskClient, auth:
     assert client.get("/v1/models/nobody/history.svg", headers=auth.headers()).status_code == 404
     fitted = fit_body("other")
     assert client.post("/v1/contracts/fit", json=fitted, headers=auth.headers()).status_code == 201
+
+
+def test_the_root_redirects_to_the_fleet_page(client: FlaskClient) -> None:
+    response = client.get("/")
+    assert response.status_code in (302, 308)
+    assert urlsplit(response.headers["Location"]).path == "/ui"

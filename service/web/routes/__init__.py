@@ -11,12 +11,22 @@ def register_blueprints(app: Flask) -> None:
     """Register every blueprint, behind the check that path and query text is storable."""
     from service.web import openapi
     from service.web.queries import check_text_arguments
-    from service.web.routes import audit, contracts, diagrams, gate, health, metrics, stream, ui
+    from service.web.routes import (
+        audit,
+        contracts,
+        diagrams,
+        fleet,
+        gate,
+        health,
+        metrics,
+        stream,
+        ui,
+    )
 
     # Path and query text reaches the database on every route, and PostgreSQL refuses a NUL.
     app.before_request(check_text_arguments)
     app.url_map.converters["contract_id"] = contracts.ContractIdConverter
-    for module in (health, contracts, stream, gate, audit, openapi, metrics, ui, diagrams):
+    for module in (health, contracts, stream, fleet, gate, audit, openapi, metrics, ui, diagrams):
         app.register_blueprint(module.bp)
 
 

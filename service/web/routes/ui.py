@@ -3,12 +3,13 @@
 ``/ui`` the fleet (models worst first, 50 a page, their slices in alert or warn and since when),
 ``/ui/models/{model}`` a model's reading, diagrams, history chart and class-wise reliability,
 ``/ui/contracts/{id}`` a contract, ``/ui/gate/{id}`` one gate decision with its audit hashes (the
-SVG diagrams the API serves are ``service.web.routes.diagrams``). Each handler parses, makes one
-call (a page builder of ``service.web.ui_models`` or a use case) and renders. Server-rendered
-HTML with inline SVG, one stylesheet (``/ui/calmon.css``), no JavaScript. Every response of
-this blueprint (and of the diagrams') carries a Content-Security-Policy that allows nothing but
-this origin's stylesheet and forms (``frame-ancestors 'none'``), ``X-Frame-Options: DENY``,
-``X-Content-Type-Options: nosniff`` and ``Referrer-Policy: no-referrer``.
+SVG diagrams the API serves are ``service.web.routes.diagrams``); ``/`` redirects to ``/ui``. Each
+handler parses, makes one call (a page builder of ``service.web.ui_models`` or a use case) and
+renders. Server-rendered HTML with inline SVG, one stylesheet (``/ui/calmon.css``), no JavaScript.
+Every response of this blueprint (and of the diagrams') carries a Content-Security-Policy that
+allows nothing but this origin's stylesheet and forms (``frame-ancestors 'none'``),
+``X-Frame-Options: DENY``, ``X-Content-Type-Options: nosniff`` and ``Referrer-Policy:
+no-referrer``.
 
 Signing in stores a session (``service.auth.service.open_ui_session``) and sets a cookie holding
 its random id; links carry their path segments and query values percent-encoded. Signing in and
@@ -274,6 +275,12 @@ def _error_page(viewer: Principal, exc: CalmonError) -> Response:
 
 def _windows() -> list[str]:
     return list(current_app.config["CALMON_SETTINGS"].windows)
+
+
+@bp.get("/")
+def root() -> BaseResponse:
+    """The service's root: the review pages begin at the fleet (``/ui``)."""
+    return redirect("/ui", code=302)
 
 
 @bp.get("/ui")
