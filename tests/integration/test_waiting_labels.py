@@ -109,16 +109,17 @@ def test_a_label_a_concurrent_batch_commits_first_counts_as_stored_before(db: Da
         thread = threading.Thread(target=second)
         thread.start()
         if BACKEND == "postgresql":
-            with db.session() as observer:
-                waiting_on_a_lock = text(
-                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                    " AND datname = current_database()"
-                )
-                wait_until(
-                    lambda: observer.scalar(waiting_on_a_lock),
-                    30,
-                    "the second batch to wait on the first's label",
-                )
+            waiting_on_a_lock = text(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND datname = current_database()"
+            )
+
+            def second_waits() -> int:
+                # pg_stat_activity is read once per transaction: each look is a transaction.
+                with db.session() as observer:
+                    return observer.scalar(waiting_on_a_lock) or 0
+
+            wait_until(second_waits, 30, "the second batch to wait on the first's label")
         else:
             time.sleep(0.5)
         first.commit()
