@@ -106,7 +106,7 @@ def apply_deltas(session: Session, model: str, deltas: Mapping[BucketKey, Bucket
     if len(locked) < len(keys):
         missing = sorted(set(range(len(keys))) - {row[0] for row in locked})
         _insert_missing(session, model)
-        locked += sql.locked_bucket_rows(session, params, changed, only=missing)
+        locked += sql.locked_bucket_rows(session, {**params, "only": missing}, changed)
     vectors = _summed_vectors(deltas, keys, locked, changed)
     staging.load(session, "stage_bucket_vectors", vectors)
     session.execute(

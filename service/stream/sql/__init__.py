@@ -60,16 +60,12 @@ class StreamSQL(Protocol):
         (a superset of ``ids``). Returns ``(id, label, label name)`` of each."""
 
     def locked_bucket_rows(
-        self,
-        session: Session,
-        params: Mapping[str, Any],
-        vectors: Sequence[str],
-        only: Sequence[int] | None = None,
+        self, session: Session, params: Mapping[str, Any], vectors: Sequence[str]
     ) -> list[tuple[Any, ...]]:
         """The stored ``:model`` buckets of the staged bucket deltas (of those whose ``k`` is in
-        ``only``, if given), locked until commit in key order: ``(k, row id, *vectors)`` with
-        the named blob columns, one primary-key probe per staged key; a key without a stored
-        bucket yields no row."""
+        ``:only``, where ``params`` holds it), locked until commit in key order:
+        ``(k, row id, *vectors)`` with the named blob columns, one primary-key probe per staged
+        key; a key without a stored bucket yields no row."""
 
     def record_staged_labels(
         self, session: Session, params: Mapping[str, Any]

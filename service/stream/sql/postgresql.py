@@ -61,18 +61,13 @@ class PostgreSQLStream:
         each, 6.5 ms for a label batch's 1,300 ids)."""
         return "{" + ",".join(f'"{row_id}"' for row_id in ids) + "}"
 
-    def epoch_seconds(self, column: str) -> str:
-        return _epoch(column)
+    epoch_seconds = staticmethod(_epoch)
 
     def locked_bucket_rows(
-        self,
-        session: Session,
-        params: Mapping[str, Any],
-        vectors: Sequence[str],
-        only: Sequence[int] | None = None,
+        self, session: Session, params: Mapping[str, Any], vectors: Sequence[str]
     ) -> list[tuple[Any, ...]]:
         """Fetched in binary: the statistics blobs arrive as bytes, not as hex text."""
-        where = "" if only is None else " WHERE k = ANY(%(only)s)"
+        where = " WHERE k = ANY(%(only)s)" if "only" in params else ""
         statement = (
             f"SELECT {', '.join(['s.k', 'CAST(b.ctid AS text)', *(f'b.{v}' for v in vectors)])}"
             f" FROM (SELECT * FROM stage_bucket_deltas{where}"
@@ -82,7 +77,7 @@ class PostgreSQLStream:
             "  AND resolution = s.resolution AND bucket_start = s.bucket_start"
             "  AND contract_id = s.contract_id FOR UPDATE) b"
         )
-        return binary_rows(session, statement, {**params, "only": list(only or ())})
+        return binary_rows(session, statement, params)
 
     def insert_new_predictions(
         self, session: Session, params: Mapping[str, Any], columns: PredictionColumns

@@ -40,17 +40,12 @@ class SQLiteStream:
         """``row_id_match`` takes no list: SQLite joins on the ``rowid`` alone."""
         return None
 
-    def epoch_seconds(self, column: str) -> str:
-        return _epoch(column)
+    epoch_seconds = staticmethod(_epoch)
 
     def locked_bucket_rows(
-        self,
-        session: Session,
-        params: Mapping[str, Any],
-        vectors: Sequence[str],
-        only: Sequence[int] | None = None,
+        self, session: Session, params: Mapping[str, Any], vectors: Sequence[str]
     ) -> list[tuple[Any, ...]]:
-        """Writers are serialised, so nothing is locked; ``only`` filters the rows here (a
+        """Writers are serialised, so nothing is locked; ``:only`` filters the rows here (a
         statement parameter per key could exceed SQLite's limit on parameters)."""
         columns = ", ".join(["s.k", "b.rowid", *(f"b.{v}" for v in vectors)])
         rows = session.execute(
@@ -60,9 +55,9 @@ class SQLiteStream:
                 " AND b.resolution = s.resolution AND b.bucket_start = s.bucket_start"
                 " AND b.contract_id = s.contract_id"
             ),
-            params,
+            {"model": params["model"]},
         )
-        wanted = None if only is None else set(only)
+        wanted = set(params["only"]) if "only" in params else None
         return [tuple(row) for row in rows if wanted is None or row[0] in wanted]
 
     def insert_new_predictions(
