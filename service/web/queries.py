@@ -227,3 +227,21 @@ def fetch_page(
     rows = fetch(query.cursor, query.limit + 1)
     kept = rows[: query.limit]
     return Page(kept, encode_cursor(seq(kept[-1])) if len(rows) > query.limit else None)
+
+
+def fetch_newest_first(
+    query: PageQuery,
+    listing: Callable[..., Sequence[Row]],
+    seq: Callable[[Row], int],
+) -> Page[Row]:
+    """The page ``query`` asks for of a newest-first listing (``fetch_page``), read by
+    ``listing(before_seq=cursor, limit=n, **filters)``: the filters are the query's parameters
+    other than ``limit`` and ``cursor``, passed by the names the query declares them by."""
+    filters = {
+        name: getattr(query, name)
+        for name in type(query).model_fields
+        if name not in PageQuery.model_fields
+    }
+    return fetch_page(
+        query, lambda cursor, limit: listing(**filters, before_seq=cursor, limit=limit), seq
+    )

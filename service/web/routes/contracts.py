@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from flask import Blueprint, Response
@@ -31,7 +32,7 @@ from service.web.queries import (
     PageQuery,
     Query,
     TimestampParam,
-    fetch_page,
+    fetch_newest_first,
 )
 from service.web.replies import reply
 from service.web.request_keys import request_key
@@ -157,16 +158,8 @@ def list_contracts() -> Response:
     Contracts newest first, optionally of one model or active at a time; paginated.
     """
     query = ContractsQuery.parse()
-    page = fetch_page(
-        query,
-        lambda cursor, limit: contracts_service.list_contracts(
-            db_session(),
-            model=query.model,
-            active_at=query.active_at,
-            before_seq=cursor,
-            limit=limit,
-        ),
-        seq=lambda row: row[0],
+    page = fetch_newest_first(
+        query, partial(contracts_service.list_contracts, db_session()), seq=lambda row: row[0]
     )
     return reply(
         ContractList,

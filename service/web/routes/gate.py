@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from flask import Blueprint, Response
 
 from service.auth.tokens import Permission
@@ -13,7 +15,7 @@ from service.web.auth import current_principal, requires
 from service.web.bodies import json_body
 from service.web.db_session import db_session
 from service.web.operations import operation
-from service.web.queries import NoQuery, PageQuery, TextParam, fetch_page
+from service.web.queries import NoQuery, PageQuery, TextParam, fetch_newest_first
 from service.web.replies import reply
 from service.web.request_keys import request_key
 
@@ -71,21 +73,7 @@ def decisions() -> Response:
     Past decisions, newest first, by model and contract; paginated.
     """
     query = DecisionsQuery.parse()
-    page = fetch_page(
-        query,
-        lambda cursor, limit: gate_service.list_decisions(
-            db_session(),
-            model=query.model,
-            contract_id=query.contract_id,
-            before_seq=cursor,
-            limit=limit,
-        ),
-        seq=lambda decision: decision.seq,
+    page = fetch_newest_first(
+        query, partial(gate_service.list_decisions, db_session()), seq=lambda row: row.seq
     )
-    return reply(
-        GateDecisions,
-        {
-            "decisions": page.rows,
-            "next_cursor": page.next_cursor,
-        },
-    )
+    return reply(GateDecisions, {"decisions": page.rows, "next_cursor": page.next_cursor})
