@@ -7,9 +7,13 @@ Content-Security-Policy that allows nothing for an SVG.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
 from flask import Blueprint, Response
 
 from service.auth.tokens import Permission
+from service.calibration.readings import ReliabilityBin
 from service.common.clock import utcnow
 from service.contracts import service as contracts_service
 from service.stream import history as histories
@@ -28,21 +32,36 @@ bp = Blueprint("diagrams", __name__)
 bp.after_request(security_headers)
 
 
+View = TypeVar("View", bound=Callable[..., Response])
+
+
+def _diagram(path: str, operation_id: str, query: type[Query]) -> Callable[[View], View]:
+    """Declare a diagram route: ``GET path`` for the ``read`` permission (a page's session
+    cookie accepted), replying SVG, documented as ``operation_id`` with the parameters
+    ``query``."""
+
+    def declare(view: View) -> View:
+        declared = operation(
+            operation_id=operation_id,
+            media={SVG: {"type": "string"}},
+            reply_description="SVG",
+            query=query,
+        )(view)
+        return bp.get(path)(requires(Permission.READ, allow_cookie=True)(declared))
+
+    return declare
+
+
 def _svg(body: str) -> Response:
     return Response(body, content_type=SVG)
 
 
-_SVG_REPLY = {SVG: {"type": "string"}}
+def _reliability_svg(bins: Sequence[ReliabilityBin], title: str, subtitle: str) -> Response:
+    """A reliability diagram of ``bins``, as an SVG response."""
+    return _svg(render(bins, title=title, subtitle=subtitle))
 
 
-@bp.get("/v1/models/<model>/reliability.svg")
-@requires(Permission.READ, allow_cookie=True)
-@operation(
-    operation_id="modelDiagram",
-    media=_SVG_REPLY,
-    reply_description="SVG",
-    query=WindowQuery,
-)
+@_diagram("/v1/models/<model>/reliability.svg", "modelDiagram", WindowQuery)
 def model_svg(model: str) -> Response:
     """The reliability diagram (SVG) of a window and cohort, with bin counts.
 
@@ -52,13 +71,10 @@ def model_svg(model: str) -> Response:
     query = WindowQuery.parse(now)
     slice_, window = query.slice(), query.reading_window(now)
     measured = monitoring.calibration_reading(db_session(), model, window, slice_, now)
-    return _svg(
-        render(
-            measured.reading.bins,
-            title=f"{model}: reliability",
-            subtitle=f"{measured.cohort}, {window.name or 'custom window'}, "
-            f"n = {measured.n_labeled:,} labeled",
-        )
+    return _reliability_svg(
+        measured.reading.bins,
+        f"{model}: reliability",
+        f"{measured.cohort}, {window.name or 'custom window'}, n = {measured.n_labeled:,} labeled",
     )
 
 
@@ -69,14 +85,7 @@ class BaselineDiagramQuery(Query):
     which: choice("calibrated", "uncalibrated") = "calibrated"  # type: ignore[valid-type]
 
 
-@bp.get("/v1/contracts/<contract_id>/reliability.svg")
-@requires(Permission.READ, allow_cookie=True)
-@operation(
-    operation_id="contractDiagram",
-    media=_SVG_REPLY,
-    reply_description="SVG",
-    query=BaselineDiagramQuery,
-)
+@_diagram("/v1/contracts/<contract_id>/reliability.svg", "contractDiagram", BaselineDiagramQuery)
 def contract_svg(contract_id: str) -> Response:
     """A contract's baseline reliability diagram (SVG).
 
@@ -86,23 +95,14 @@ def contract_svg(contract_id: str) -> Response:
     split, which = query.split, query.which
     contract = contracts_service.find_contract(db_session(), contract_id)
     reading = contract.baseline_reading(split, which)
-    return _svg(
-        render(
-            reading.bins,
-            title=f"{contract.model} v{contract.version}: {split} set, {which}",
-            subtitle=f"n = {reading.n:,}",
-        )
+    return _reliability_svg(
+        reading.bins,
+        f"{contract.model} v{contract.version}: {split} set, {which}",
+        f"n = {reading.n:,}",
     )
 
 
-@bp.get("/v1/models/<model>/history.svg")
-@requires(Permission.READ, allow_cookie=True)
-@operation(
-    operation_id="historyDiagram",
-    media=_SVG_REPLY,
-    reply_description="SVG",
-    query=HistoryRangeQuery,
-)
+@_diagram("/v1/models/<model>/history.svg", "historyDiagram", HistoryRangeQuery)
 def history_svg(model: str) -> Response:
     """The ECE-over-time chart (SVG) of a cohort slice: the history's steps with the debiased ECE
     and its 95% interval, the policy and baseline lines, statuses and label coverage.
