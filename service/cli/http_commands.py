@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable, Mapping
+from functools import wraps
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,29 +31,58 @@ def _token(args: argparse.Namespace) -> str:
     return str(token)
 
 
+Handler = Callable[[argparse.Namespace], int]
+
+#: What ``calmon fit`` adds to a refusal of its request, by HTTP status.
+_FIT_HINTS = {
+    413: "the sets are larger than the service accepts (CALMON_MAX_BODY_BYTES): raise "
+    "it, or fit here with --local (the gate then sees a supplied baseline)",
+}
+
+
+def _reports_refusal(hints: Mapping[int, str] | None = None) -> Callable[[Handler], Handler]:
+    """Decorate a handler so that a request the service refuses (``RequestFailed``) ends it
+    with exit status 2, the service's error and the hint ``hints`` holds for its HTTP status
+    on stderr."""
+
+    def decorator(handler: Handler) -> Handler:
+        @wraps(handler)
+        def run(args: argparse.Namespace) -> int:
+            from service.client import RequestFailed
+            from service.client.reports import error_text
+
+            try:
+                return handler(args)
+            except RequestFailed as failed:
+                print(error_text(failed.reply), file=sys.stderr)
+                hint = (hints or {}).get(failed.status)
+                if hint is not None:
+                    print(hint, file=sys.stderr)
+                return 2
+
+        return run
+
+    return decorator
+
+
+@_reports_refusal()
 def _gate(args: argparse.Namespace) -> int:
-    from service.client import Calmon, RequestFailed
-    from service.client.reports import error_text, gate_report
+    from service.client import Calmon
+    from service.client.reports import gate_report
 
     policy = read_json(args.policy, "policy file") if args.policy else None
-    client = Calmon(args.url, _token(args))
-    try:
+    with Calmon(args.url, _token(args)) as client:
         decision = client.gate(args.contract, policy)
-    except RequestFailed as failed:
-        print(error_text(failed.reply), file=sys.stderr)
-        return 2
-    finally:
-        client.close()
     print(gate_report(decision.raw))
     return 0 if decision.passed else 1
 
 
+@_reports_refusal(_FIT_HINTS)
 def _fit(args: argparse.Namespace) -> int:
     """Read the sets here, then have the service fit and measure them (``/v1/contracts/fit``),
     so the gate sees a baseline calmon measured; ``--local`` fits here and registers the result
     (``/v1/contracts``): a supplied baseline."""
-    from service.client import Calmon, RequestFailed
-    from service.client.reports import error_text
+    from service.client import Calmon
     from service.common.errors import ErrorCollector
     from service.contracts.datafiles import read_labeled_set
     from service.contracts.model import method_problem
@@ -87,20 +118,8 @@ def _fit(args: argparse.Namespace) -> int:
             },
         }
         print("sending the sets to the service to fit and measure", file=sys.stderr)
-    client = Calmon(args.url, _token(args), timeout=FIT_SECONDS)
-    try:
+    with Calmon(args.url, _token(args), timeout=FIT_SECONDS) as client:
         contract = client.register(body) if args.local else client.fit(body)
-    except RequestFailed as failed:
-        print(error_text(failed.reply), file=sys.stderr)
-        if failed.status == 413:
-            print(
-                "the sets are larger than the service accepts (CALMON_MAX_BODY_BYTES): raise "
-                "it, or fit here with --local (the gate then sees a supplied baseline)",
-                file=sys.stderr,
-            )
-        return 2
-    finally:
-        client.close()
     for warning in contract.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     print(
