@@ -23,10 +23,10 @@ difference is a problem, named by the row's id with the fields that differ.
 from __future__ import annotations
 
 import hmac
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from service.audit.chain import (
     RETIRED,
@@ -273,6 +273,37 @@ def decision_problem(recorded: _Recorded | None, row: StoredDecision) -> dict[st
     }
 
 
+class _Identified(Protocol):
+    """A stored row an event records, by its id."""
+
+    @property
+    def id(self) -> str: ...
+
+
+_Row = TypeVar("_Row", bound=_Identified)
+
+
+def _contract_deleted(contract_id: str, recorded: _Recorded) -> dict[str, Any]:
+    return {
+        "check": "contract",
+        "contract_id": contract_id,
+        "model": recorded.values.get("model"),
+        "version": recorded.values.get("version"),
+        "seq": recorded.seq,
+        "problem": f"the {recorded.type} event has no contract row: the contract was deleted",
+    }
+
+
+def _decision_deleted(decision_id: str, recorded: _Recorded) -> dict[str, Any]:
+    return {
+        "check": "decision",
+        "decision_id": decision_id,
+        "contract_id": recorded.values.get("contract_id"),
+        "seq": recorded.seq,
+        "problem": "the gate_decided event has no decision row: the decision was deleted",
+    }
+
+
 @dataclass
 class Problems:
     """Every problem counted, by check; the first ``LISTED_PROBLEMS`` kept in order."""
@@ -333,52 +364,39 @@ class RecordLedger:
 
     def check_contracts(self, rows: Iterable[StoredContract], problems: Problems) -> int:
         """Check every row, then report each recorded contract without a row; the rows seen."""
-        unmatched = dict(self._contracts)
-        checked = 0
-        for row in rows:
-            checked += 1
-            problem = contract_problem(unmatched.pop(row.id, None), row)
-            if problem is not None:
-                problems.add(problem)
-        for contract_id, recorded in unmatched.items():
-            problems.add(
-                {
-                    "check": "contract",
-                    "contract_id": contract_id,
-                    "model": recorded.values.get("model"),
-                    "version": recorded.values.get("version"),
-                    "seq": recorded.seq,
-                    "problem": f"the {recorded.type} event has no contract row: the contract "
-                    "was deleted",
-                }
-            )
-        for problem in self._again:
-            if problem["check"] == "contract":
-                problems.add(problem)
-        return checked
+        return self._check_rows(
+            "contract", self._contracts, rows, contract_problem, _contract_deleted, problems
+        )
 
     def check_decisions(self, rows: Iterable[StoredDecision], problems: Problems) -> int:
         """Check every row, then report each recorded decision without a row; the rows seen."""
-        unmatched = dict(self._decisions)
+        return self._check_rows(
+            "decision", self._decisions, rows, decision_problem, _decision_deleted, problems
+        )
+
+    def _check_rows(
+        self,
+        check: str,
+        recorded: Mapping[str, _Recorded],
+        rows: Iterable[_Row],
+        row_problem: Callable[[_Recorded | None, _Row], dict[str, Any] | None],
+        deleted: Callable[[str, _Recorded], dict[str, Any]],
+        problems: Problems,
+    ) -> int:
+        """Check every row against the event that recorded it (``row_problem``), then report
+        each recorded ``check`` without a row (``deleted``) and each recorded twice; the rows
+        seen."""
+        unmatched = dict(recorded)
         checked = 0
         for row in rows:
             checked += 1
-            problem = decision_problem(unmatched.pop(row.id, None), row)
+            problem = row_problem(unmatched.pop(row.id, None), row)
             if problem is not None:
                 problems.add(problem)
-        for decision_id, recorded in unmatched.items():
-            problems.add(
-                {
-                    "check": "decision",
-                    "decision_id": decision_id,
-                    "contract_id": recorded.values.get("contract_id"),
-                    "seq": recorded.seq,
-                    "problem": "the gate_decided event has no decision row: the decision was "
-                    "deleted",
-                }
-            )
+        for key, event in unmatched.items():
+            problems.add(deleted(key, event))
         for problem in self._again:
-            if problem["check"] == "decision":
+            if problem["check"] == check:
                 problems.add(problem)
         return checked
 
