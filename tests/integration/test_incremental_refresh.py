@@ -21,7 +21,7 @@ from sqlalchemy import event
 
 from service.config import Settings
 from service.db.database import Database
-from service.export import reading_store
+from service.export import model_refresh, reading_store
 from service.export import refresher as refresher_module
 from service.export.reading_store import model_readings
 from service.export.refresher import refresh_all
@@ -332,14 +332,14 @@ def test_writes_go_on_while_the_refresher_computes_readings(
     _multiclass_contract(client, auth, model="busy")
     _send_predictions(client, auth, "busy", recent_rows(10, seed=4, prefix="b"))
     entered, release = threading.Event(), threading.Event()
-    original = refresher_module.calibration_readings
+    original = model_refresh.calibration_readings
 
     def slow(*args: Any, **kwargs: Any) -> Any:
         entered.set()
         release.wait(60)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(refresher_module, "calibration_readings", slow)
+    monkeypatch.setattr(model_refresh, "calibration_readings", slow)
     worker = threading.Thread(target=refresh_all, args=(db, settings))
     worker.start()
     try:

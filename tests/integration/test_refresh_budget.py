@@ -19,9 +19,10 @@ from sqlalchemy import select, update
 from service.db.database import Database
 from service.db.models import BucketChange, ContractRecord, ModelRecord, RefreshState
 from service.export import refresher as refresher_module
+from service.export.model_refresh import gauge_values
 from service.export.plan import ModelWork
 from service.export.reading_store import all_readings
-from service.export.refresher import Refresher, gauge_values, refresh_all
+from service.export.refresher import Refresher, refresh_all
 from service.stream.monitoring import calibration_reading
 from service.stream.windows import Window
 from tests.integration.conftest import Auth
