@@ -12,10 +12,9 @@ from scipy.stats import binom
 
 from service.calibration import CalibrationInputError, infer_ece, multiclass_reading
 from service.calibration.binning import default_edges
+from service.calibration.ece_debiased import EXACT_ROWS, _absolute_moments
 from service.calibration.ece_inference import (
-    EXACT_ROWS,
     SPAN,
-    _absolute_moments,
     infer_ece_many,
     noise_moments,
     upper_quantile,
