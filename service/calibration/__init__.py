@@ -5,6 +5,12 @@ Conventions (see docs/calibration.md): float64 throughout; natural logs; bins ar
 """
 
 from service.calibration.binning import assign_bins, default_edges, validate_edges
+from service.calibration.calibration_stats import (
+    AUC_CELLS,
+    CalibrationStats,
+    combine_stats,
+    empty_stats,
+)
 from service.calibration.calibrators import (
     Calibrator,
     IdentityCalibrator,
@@ -51,14 +57,7 @@ from service.calibration.readings import (
     reading_from_stats,
 )
 from service.calibration.refit import RefitEstimate, refit_from_knot_sums
-from service.calibration.stats import (
-    AUC_CELLS,
-    CalibrationStats,
-    binary_stats,
-    combine_stats,
-    empty_stats,
-    multiclass_stats,
-)
+from service.calibration.stats import binary_stats, multiclass_stats
 
 __all__ = [
     "AUC_CELLS",

@@ -23,10 +23,11 @@ from typing import Any
 import numpy as np
 from scipy.stats import t as student_t
 
+from service.calibration.calibration_stats import combine_stats
 from service.calibration.calibrators import Calibrator
 from service.calibration.errors import CalibrationInputError, FitError
 from service.calibration.readings import reading_from_stats
-from service.calibration.stats import binary_stats, combine_stats, multiclass_stats, row_nll
+from service.calibration.stats import binary_stats, multiclass_stats, row_nll
 from service.calibration.vocabulary import Task
 
 FOLDS = 5

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from service.calibration.calibration_stats import CalibrationStats
 from service.calibration.errors import CalibrationInputError
 from service.calibration.intervals import wilson_interval
 from service.calibration.readings import ReliabilityBin
-from service.calibration.stats import CalibrationStats
 from service.calibration.vocabulary import Task
 
 

@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 
 from service.calibration._checks import FloatArray
+from service.calibration.calibration_stats import CalibrationStats
 from service.calibration.ece_inference import infer_ece
 from service.calibration.errors import CalibrationInputError
-from service.calibration.stats import CalibrationStats
 
 #: The two-sided 95% normal quantile, ``scipy.stats.norm.ppf(0.975)``: every 95% interval's z.
 Z_95 = 1.959963984540054

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from service.calibration.calibration_stats import CalibrationStats, empty_stats
 from service.calibration.refit import N_KNOTS
-from service.calibration.stats import CalibrationStats, empty_stats
 from service.calibration.vocabulary import Task
 
 _SCALARS = ("n", "nll_sum", "brier_sum", "correct_sum", "confidence_sum")

@@ -108,7 +108,7 @@ def stream(shape, level, rows, seed, population="k10"):
 
 def _summed(pool, n, c, k):
     """Statistics of summed blocks with just the reliability tables a status needs."""
-    from service.calibration.stats import empty_stats
+    from service.calibration.calibration_stats import empty_stats
 
     empty = empty_stats(pool.scenario.task, pool.scenario.edges, pool.scenario.population.classes)
     total = n.sum()

@@ -14,6 +14,7 @@ from service.calibration import (
     default_edges,
     multiclass_stats,
 )
+from service.calibration.calibration_stats import AUC_CELLS
 from service.calibration.packing import (
     CLASSWISE_MAX_CELLS,
     StatsLayout,
@@ -24,7 +25,7 @@ from service.calibration.packing import (
     without_classwise,
 )
 from service.calibration.refit import N_KNOTS
-from service.calibration.stats import AUC_CELLS, grouped_stats
+from service.calibration.stats import grouped_stats
 
 RNG = np.random.default_rng(21)
 
