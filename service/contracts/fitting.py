@@ -41,7 +41,8 @@ from service.calibration.vocabulary import Task
 from service.common.errors import ErrorDetail, ValidationFailed
 from service.contracts.labeled_sets import LabeledSet
 from service.contracts.model import FIT_METHODS, Baseline, BaselineSplit, ContractSpec
-from service.contracts.requests import EqualMass, FitRequest, check_disjoint, spec_of
+from service.contracts.requests import FitRequest, check_disjoint, spec_of
+from service.contracts.spec_bodies import EqualMass
 
 _FAMILIES: dict[tuple[str, str], Any] = {
     (Task.BINARY, "isotonic"): IsotonicCalibrator.fit,

@@ -32,7 +32,8 @@ from service.common.replies import (
     documented,
 )
 from service.contracts.model import Baseline
-from service.contracts.requests import DRIFT_POLICY, REGISTRATION
+from service.contracts.requests import REGISTRATION
+from service.contracts.spec_bodies import DRIFT_POLICY
 
 #: The stored contract's client-supplied parts have the schema of their registration.
 _REGISTERED: dict[str, Any] = REGISTRATION.schema()["properties"]

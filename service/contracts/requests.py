@@ -1,5 +1,7 @@
 """The contract request bodies: registering (``POST /v1/contracts``) and fitting
-(``POST /v1/contracts/fit``), validated field by field with every problem listed.
+(``POST /v1/contracts/fit``), validated field by field with every problem listed; their parts
+(data window, split, bin edges, drift policy, calibrators) are declared in
+``service.contracts.spec_bodies``.
 
 Bounds on what a client may register (each refused with a 422 naming the field):
 
@@ -29,84 +31,66 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Any, Self
 
-import numpy as np
 from annotated_types import Len
 from pydantic import (
-    AfterValidator,
     Field,
     ModelWrapValidatorHandler,
     PlainValidator,
-    StringConstraints,
     ValidationInfo,
     field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
 
 from service.calibration import (
     CalibrationInputError,
     DriftPolicy,
     calibrator_from_dict,
-    default_edges,
-    validate_edges,
 )
 from service.calibration.calibrators import (
-    MAX_PLATT_INTERCEPT,
-    MAX_PLATT_SLOPE,
-    MAX_TEMPERATURE,
-    MIN_PLATT_SLOPE,
-    MIN_TEMPERATURE,
     check_bounds,
     task_problem,
 )
 from service.calibration.vocabulary import Task
 from service.common.declared import (
-    FINITE,
-    JSON_INTEGER,
-    NO_INF_NAN,
     BodyModel,
     Declared,
-    Fraction,
     LongText,
     Name,
     Text,
-    Timestamp,
     collect,
     context_of,
-    describe_pattern,
-    inline_schema,
-    integer_in,
-    number_in,
     one_of,
     problems,
     reworded,
-    text_first,
     validated_then,
 )
 from service.common.errors import ErrorCollector, LeakageError
-from service.common.values import finite_float, format_timestamp
-from service.contracts.baseline_checks import MAX_COST, BaselineBody, parse_baseline
-from service.contracts.families import FAMILY_SCHEMAS
+from service.contracts.baseline_checks import BaselineBody, parse_baseline
 from service.contracts.labeled_sets import LabeledSet, LabeledSetBody, parse_labeled_set
 from service.contracts.model import (
     FIT_METHODS,
-    MAX_BIN_EDGES,
     MAX_CLASSES,
     TASKS,
     Baseline,
     ContractSpec,
-    DataWindow,
     Split,
     method_problem,
+)
+from service.contracts.spec_bodies import (
+    CALIBRATOR_SCHEMA,
+    DEFAULT_POLICY,
+    BinEdges,
+    DataWindowBody,
+    DriftPolicyBody,
+    EqualMass,
+    SplitBody,
+    problem_at,
 )
 
 OBJECTIVES = ("nll",)
 DEFAULT_BINARY_CLASSES = ("negative", "positive")
-DEFAULT_POLICY: dict[str, Any] = {"max_ece": 0.05, "max_ece_increase": 0.02, "min_labeled": 200}
-MIN_COST = 1e-6
-_SHA256_HEX = 64
 METHODS = (*sorted({m for methods in FIT_METHODS.values() for m in methods}), "auto")
 
 if TYPE_CHECKING:
@@ -118,157 +102,10 @@ else:
     Objective = one_of(OBJECTIVES)
     Method = one_of(METHODS)
 
-#: A SHA-256 as 64 hexadecimal characters, stored lower-case.
-Fingerprint = Annotated[
-    str,
-    StringConstraints(
-        pattern=describe_pattern(
-            "^[0-9a-fA-F]{64}$", "expected a SHA-256 as 64 hexadecimal characters"
-        )
-    ),
-    AfterValidator(str.lower),
-    text_first(_SHA256_HEX),
-]
-Cost = Annotated[float, NO_INF_NAN, number_in(MIN_COST, MAX_COST), FINITE]
-Edge = Annotated[float, NO_INF_NAN, number_in(0, 1), FINITE]
-
-
-def _problems_at(field: str, message: str, *, at_field: bool = True) -> PydanticCustomError:
-    """One problem at ``field``, a path relative to the model (``problems``)."""
-    errors = ErrorCollector()
-    errors.add(field, message)
-    return problems(errors, at_field=at_field)
-
 
 def _calibration_field(errors: ErrorCollector, field: str, exc: CalibrationInputError) -> None:
     name = exc.field or ""
     errors.add(name if name.startswith(field) else f"{field}.{name}".rstrip("."), exc.message)
-
-
-class DataWindowBody(BodyModel):
-    """The period the contract's data comes from; ``end`` not before ``start``."""
-
-    start: Timestamp
-    end: Timestamp
-
-    @model_validator(mode="after")
-    def _ordered(self) -> Self:
-        if self.end < self.start:
-            raise _problems_at("end", "must not be before data_window.start", at_field=False)
-        return self
-
-    def window(self) -> DataWindow:
-        """The stored form: both ends in calmon's one timestamp form."""
-        return DataWindow(format_timestamp(self.start), format_timestamp(self.end))
-
-
-class SplitBody(BodyModel):
-    """How the fit and eval sets were split, with the fingerprints of their rows, if known."""
-
-    method: LongText
-    fit_fingerprint: Fingerprint | None = None
-    eval_fingerprint: Fingerprint | None = None
-
-    def split(self) -> Split:
-        """The stored form."""
-        return Split(self.method, self.fit_fingerprint, self.eval_fingerprint)
-
-
-@dataclass(frozen=True)
-class EqualMass:
-    """``{"equal_mass": M}`` in a fit request: M bins of equal mass, their edges fixed at fit
-    time from the fit set's calibrated confidences (``contracts.fitting.equal_mass_edges``)."""
-
-    bins: int
-
-
-class EqualMassBody(BodyModel):
-    """``{"equal_mass": M}``: M bins of equal mass, M in [1, MAX_BIN_EDGES - 1]."""
-
-    equal_mass: Annotated[int, integer_in(1, MAX_BIN_EDGES - 1), JSON_INTEGER]
-
-
-def _edges(value: Any, info: ValidationInfo) -> tuple[float, ...] | EqualMass:
-    """Strictly increasing from 0 to 1, at most ``MAX_BIN_EDGES``; default 15 equal bins; or,
-    in a fit request, ``{"equal_mass": M}`` with M in [1, MAX_BIN_EDGES - 1]."""
-    path = info.field_name or "bin_edges"
-    errors = ErrorCollector()
-    if value is None:
-        return tuple(float(e) for e in default_edges())
-    if isinstance(value, dict):
-        parsed = collect(EqualMassBody, value, errors, context_of(info), path=path)
-        if parsed is None:
-            raise problems(errors)
-        return EqualMass(parsed.equal_mass)
-    if not isinstance(value, list):
-        raise _problems_at(path, "expected a list of numbers")
-    if len(value) > MAX_BIN_EDGES:
-        raise _problems_at(path, f"at most {MAX_BIN_EDGES} edges, got {len(value)}")
-    for i, v in enumerate(value):
-        if isinstance(v, bool) or not isinstance(v, int | float) or finite_float(v) is None:
-            raise _problems_at(f"{path}[{i}]", "expected a finite number")
-    try:
-        return tuple(float(e) for e in validate_edges(np.asarray(value, dtype=np.float64)))
-    except CalibrationInputError as exc:
-        raise _problems_at(path, str(exc)) from None
-
-
-#: What ``bin_edges`` accepts: a list of edges (the first 0, the last 1, strictly increasing:
-#: validation states it) or ``{"equal_mass": M}``, or null for the default.
-EdgesInput = Annotated[list[Edge], Len(2, MAX_BIN_EDGES)] | EqualMassBody | None
-
-
-class DriftPolicyBody(BodyModel):
-    """A drift policy; absent thresholds take ``DEFAULT_POLICY``'s values; ``c_fp`` and
-    ``c_fn`` come together or not at all."""
-
-    max_ece: Fraction = DEFAULT_POLICY["max_ece"]
-    max_ece_increase: Fraction = DEFAULT_POLICY["max_ece_increase"]
-    min_labeled: Annotated[int, integer_in(0), JSON_INTEGER] = DEFAULT_POLICY["min_labeled"]
-    # Absent (None) or a number: null is refused, as any value that is not a number.
-    c_fp: Annotated[Cost, Field(default=None)]
-    c_fn: Annotated[Cost, Field(default=None)]
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _both_costs(cls, value: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
-        lonely = isinstance(value, dict) and ("c_fp" in value) != ("c_fn" in value)
-        extra = [(("c_fp",), "set both c_fp and c_fn, or neither")] if lonely else []
-        return validated_then(cls, value, handler, extra)
-
-    def stored(self) -> dict[str, Any]:
-        """The policy's stored form: every threshold, the costs if set."""
-        return {**DEFAULT_POLICY, **self.model_dump(exclude_unset=True)}
-
-
-#: A drift policy (the OpenAPI document states it beside the contract replies).
-DRIFT_POLICY = Declared("DriftPolicy", DriftPolicyBody)
-
-
-class TemperatureBody(BodyModel):
-    method: Literal["temperature"]
-    temperature: Annotated[float, NO_INF_NAN, number_in(MIN_TEMPERATURE, MAX_TEMPERATURE), FINITE]
-
-
-class PlattBody(BodyModel):
-    method: Literal["platt"]
-    slope: Annotated[float, NO_INF_NAN, number_in(MIN_PLATT_SLOPE, MAX_PLATT_SLOPE), FINITE]
-    intercept: Annotated[
-        float, NO_INF_NAN, number_in(-MAX_PLATT_INTERCEPT, MAX_PLATT_INTERCEPT), FINITE
-    ]
-
-
-class IdentityBody(BodyModel):
-    method: Literal["identity"]
-
-
-#: The calibrators a client may register: the parametric ones, identity, and the families.
-CALIBRATOR_SCHEMA: dict[str, Any] = {
-    "oneOf": [
-        *(inline_schema(m.model_json_schema()) for m in (TemperatureBody, PlattBody, IdentityBody)),
-        *FAMILY_SCHEMAS,
-    ]
-}
 
 
 def _classes(value: list[str] | None, info: ValidationInfo) -> list[str]:
@@ -328,9 +165,7 @@ def _baseline(value: Any, info: ValidationInfo) -> Any:
     if values.get("task") is None:
         return None
     if isinstance(values.get("bin_edges"), EqualMass):
-        raise _problems_at(
-            "bin_edges", "equal_mass edges are fixed by a fit request; list the edges"
-        )
+        raise problem_at("bin_edges", "equal_mass edges are fixed by a fit request; list the edges")
     errors = ErrorCollector()
     baseline = parse_baseline(
         value,
@@ -378,9 +213,7 @@ class SpecBody(BodyModel):
     outcome: LongText
     data_window: DataWindowBody
     split: SplitBody
-    bin_edges: Annotated[Any, PlainValidator(_edges, json_schema_input_type=EdgesInput)] = Field(
-        default=None, validate_default=True
-    )
+    bin_edges: BinEdges = Field(default=None, validate_default=True)
     policy: DriftPolicyBody | None = None
 
     _check_classes = field_validator("classes", mode="after")(_classes)

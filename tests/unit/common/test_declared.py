@@ -24,7 +24,8 @@ from service.common.declared import (
     validated_then,
 )
 from service.common.errors import ErrorCollector
-from service.contracts.requests import DRIFT_POLICY, FIT, REGISTRATION, RETIREMENT
+from service.contracts.requests import FIT, REGISTRATION, RETIREMENT
+from service.contracts.spec_bodies import DRIFT_POLICY
 from service.gate.requests import GATE_POLICY, GATE_REQUEST
 from service.stream.batch_bodies import LABELS, PREDICTIONS
 

@@ -10,13 +10,8 @@ import pytest
 
 from service.common.errors import ErrorCollector, ValidationFailed
 from service.contracts.model import DataWindow, Split
-from service.contracts.requests import (
-    DEFAULT_POLICY,
-    EqualMass,
-    parse_fit_request,
-    parse_retirement,
-    parse_spec_fields,
-)
+from service.contracts.requests import parse_fit_request, parse_retirement, parse_spec_fields
+from service.contracts.spec_bodies import DEFAULT_POLICY, EqualMass
 from tests.integration.factories import contract_fields, fit_body
 
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
