@@ -34,6 +34,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from service.audit.events import AuditResealed, ContractRetired, KeyEnabled
+from service.audit.verification import AnchorCheck, ChainCheck, ChainEnd
 from service.common.hashing import canonical_json, sha256_of
 from service.common.values import format_timestamp
 
@@ -291,24 +292,22 @@ class ChainVerifier:
             key=None if key is None else key.secret,
         )
 
-    def chain_report(self) -> dict[str, Any]:
+    def chain_report(self) -> ChainCheck:
         """The chain's section of the report: valid, the first event that does not fit and why,
         the hashing scheme of the head and the keyed segment."""
         failure = self._chain_failure()
-        return {
-            "valid": failure is None,
-            "first_invalid_seq": None if failure is None else failure.seq,
-            "reason": None if failure is None else failure.reason,
-            "scheme": "hmac-sha256" if self._segment is not None else "sha256",
-            "keyed_from_seq": self._keyed_from,
-            "key_id": None if self._segment is None else self._segment.key_id,
-        }
+        return ChainCheck(
+            valid=failure is None,
+            first_invalid_seq=None if failure is None else failure.seq,
+            reason=None if failure is None else failure.reason,
+            scheme="hmac-sha256" if self._segment is not None else "sha256",
+            keyed_from_seq=self._keyed_from,
+            key_id=None if self._segment is None else self._segment.key_id,
+        )
 
-    def head_report(self) -> dict[str, Any] | None:
+    def head_report(self) -> ChainEnd | None:
         head = self._head
-        if head is None:
-            return None
-        return {"seq": head.seq, "sha256": head.sha256, "ts": format_timestamp(head.ts)}
+        return None if head is None else ChainEnd(head.seq, head.sha256, head.ts)
 
     def _chain_failure(self) -> _Failure | None:
         if self._failure is not None:
@@ -323,7 +322,7 @@ class ChainVerifier:
             )
         return None
 
-    def anchor_report(self) -> dict[str, Any] | None:
+    def anchor_report(self) -> AnchorCheck | None:
         anchor = self.anchor
         if anchor is None:
             return None
@@ -341,9 +340,4 @@ class ChainVerifier:
             )
         else:
             reason = None
-        return {
-            "seq": anchor.seq,
-            "sha256": anchor.sha256,
-            "valid": reason is None,
-            "reason": reason,
-        }
+        return AnchorCheck(anchor.seq, anchor.sha256, valid=reason is None, reason=reason)

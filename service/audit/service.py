@@ -8,7 +8,6 @@ recomputed from its fields by the code that defines that hash.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -18,6 +17,13 @@ from service.audit.chain import Anchor, AuditKeyring, ChainVerifier
 from service.audit.head import KeyedHead, head_problem, log_end
 from service.audit.head_store import read_head
 from service.audit.records import Problems, RecordLedger, StoredContract
+from service.audit.verification import (
+    AuditVerification,
+    ChainEnd,
+    CheckedRows,
+    KeyedHeadCheck,
+    RecordsCheck,
+)
 from service.common.errors import Conflict
 
 ContractSource = Callable[[Session], Iterable[StoredContract]]
@@ -25,16 +31,9 @@ ContractSource = Callable[[Session], Iterable[StoredContract]]
 
 def verify_audit(
     session: Session, anchor: Anchor | None = None, *, contracts: ContractSource
-) -> dict[str, Any]:
+) -> AuditVerification:
     """Verify the chain (under the session's keys), the anchor when given, the keyed head when
-    a key is configured, and every contract, gate decision and retirement against its event.
-
-    The report: ``valid``; ``checked`` (events, contracts, decisions, retirements);
-    ``head``; a section per check (``chain``, ``anchor``, ``keyed_head``, ``contracts``,
-    ``decisions``, ``retirements``); ``problem_count`` and the first ``LISTED_PROBLEMS``
-    ``problems``, each naming its ``check``, the row's id and ``seq`` of its event, and what
-    differs; and when invalid, ``first_invalid_seq`` and ``reason`` of the first problem.
-    """
+    a key is configured, and every contract, gate decision and retirement against its event."""
     audit.hold_appends(session)
     keyring = audit.keyring_of(session)
     keyed_head = None if keyring.signing is None else read_head(session)
@@ -46,93 +45,66 @@ def verify_audit(
 
     problems = Problems()
     chain = verifier.chain_report()
-    if not chain["valid"]:
-        problems.add(
-            {"check": "chain", "seq": chain["first_invalid_seq"], "problem": chain["reason"]}
-        )
+    if not chain.valid:
+        problems.add({"check": "chain", "seq": chain.first_invalid_seq, "problem": chain.reason})
     anchor_report = verifier.anchor_report()
-    if anchor_report is not None and not anchor_report["valid"]:
-        problems.add(
-            {"check": "anchor", "seq": anchor_report["seq"], "problem": anchor_report["reason"]}
-        )
+    if anchor_report is not None and not anchor_report.valid:
+        problems.add({"check": "anchor", "seq": anchor_report.seq, "problem": anchor_report.reason})
     head_report = None
     if keyring.signing is not None:
         head_report = _keyed_head_report(keyed_head, keyring, verifier)
-        if not head_report["valid"]:
+        if not head_report.valid:
             problems.add(
-                {"check": "keyed_head", "seq": head_report["seq"], "problem": head_report["reason"]}
+                {"check": "keyed_head", "seq": head_report.seq, "problem": head_report.reason}
             )
-    checked = {
-        "events": verifier.events,
-        "contracts": ledger.check_contracts(contracts(session), problems),
-        "decisions": ledger.check_decisions(record_store.stored_decisions(session), problems),
-        "retirements": ledger.check_retirements(record_store.list_retirements(session), problems),
-    }
-    report: dict[str, Any] = {
-        "valid": problems.count == 0,
-        "checked": checked,
-        "events": verifier.events,
-        "head": verifier.head_report(),
-        "chain": chain,
-        "anchor": anchor_report,
-        "keyed_head": head_report,
-        **{
-            section: {
-                "valid": problems.of(check) == 0,
-                "checked": checked[section],
-                "problem_count": problems.of(check),
-            }
-            for section, check in (
-                ("contracts", "contract"),
-                ("decisions", "decision"),
-                ("retirements", "retirement"),
-            )
-        },
-        "problem_count": problems.count,
-        "problems": problems.listed,
-    }
-    if problems.listed:
-        first = problems.listed[0]
-        report["first_invalid_seq"], report["reason"] = first["seq"], problem_text(first)
-    return report
+    checked = CheckedRows(
+        events=verifier.events,
+        contracts=ledger.check_contracts(contracts(session), problems),
+        decisions=ledger.check_decisions(record_store.stored_decisions(session), problems),
+        retirements=ledger.check_retirements(record_store.list_retirements(session), problems),
+    )
+
+    def records(check: str, rows: int) -> RecordsCheck:
+        return RecordsCheck(problems.of(check) == 0, rows, problems.of(check))
+
+    return AuditVerification(
+        valid=problems.count == 0,
+        checked=checked,
+        events=verifier.events,
+        head=verifier.head_report(),
+        chain=chain,
+        anchor=anchor_report,
+        keyed_head=head_report,
+        contracts=records("contract", checked.contracts),
+        decisions=records("decision", checked.decisions),
+        retirements=records("retirement", checked.retirements),
+        problem_count=problems.count,
+        problems=problems.listed,
+    )
 
 
 def _keyed_head_report(
     head: KeyedHead | None, keyring: AuditKeyring, verifier: ChainVerifier
-) -> dict[str, Any]:
+) -> KeyedHeadCheck:
     reason = head_problem(head, keyring, log_end(verifier))
-    stored: dict[str, Any] = (
-        {"events": None, "seq": None, "sha256": None, "key_id": None}
-        if head is None
-        else head.to_dict()
+    if head is None:
+        return KeyedHeadCheck(None, None, None, None, valid=reason is None, reason=reason)
+    return KeyedHeadCheck(
+        head.events, head.seq, head.sha256, head.key_id, valid=reason is None, reason=reason
     )
-    return {**stored, "valid": reason is None, "reason": reason}
 
 
-def problem_text(problem: dict[str, Any]) -> str:
-    """One problem as a line of text that names its row."""
-    check, text = problem["check"], str(problem["problem"])
-    if check == "contract":
-        return f"contract {problem['contract_id']}: {text}"
-    if check == "decision":
-        return f"gate decision {problem['decision_id']}: {text}"
-    if check == "retirement":
-        return f"retirement of contract {problem['contract_id']}: {text}"
-    return text
-
-
-def audit_head(session: Session, *, contracts: ContractSource) -> dict[str, Any] | None:
+def audit_head(session: Session, *, contracts: ContractSource) -> ChainEnd | None:
     """The head of a log that verifies, for an operator to keep outside the database; raise
     ``Conflict`` with the reason when the log does not verify (an anchor of a broken log
     would vouch for the tampering)."""
     report = verify_audit(session, contracts=contracts)
-    if not report["valid"]:
+    if not report.valid:
         raise Conflict(
-            f"the audit log does not verify ({_count(report['problem_count'], 'problem')}; "
-            f"the first: {report['reason']})"
+            f"the audit log does not verify ({_count(report.problem_count, 'problem')}; "
+            f"the first: {report.reason})"
         )
-    head: dict[str, Any] | None = report["head"]
-    return head
+    return report.head
 
 
 def _count(n: int, noun: str) -> str:

@@ -210,10 +210,10 @@ def _establish_head(session: Session, keyring: AuditKeyring, key: AuditKey) -> s
     for event in iter_chain(session):
         verifier.feed(event)
     chain, last = verifier.chain_report(), verifier.head
-    if not chain["valid"] or last is None:
+    if not chain.valid or last is None:
         return (
             "no keyed audit head is written: the audit chain does not verify "
-            f"(seq {chain['first_invalid_seq']}: {chain['reason']})"
+            f"(seq {chain.first_invalid_seq}: {chain.reason})"
         )
     write_head(
         session, KeyedHead.sign(key, events=verifier.events, seq=last.seq, sha256=last.sha256)
@@ -254,8 +254,8 @@ def reseal(session: Session, *, actor: str, now: datetime, reason: str | None) -
     if not verifier.hashes_match:
         chain = verifier.chain_report()
         raise Conflict(
-            f"the audit chain does not verify (seq {chain['first_invalid_seq']}: "
-            f"{chain['reason']}): a keyed head would vouch for it, so none is written"
+            f"the audit chain does not verify (seq {chain.first_invalid_seq}: "
+            f"{chain.reason}): a keyed head would vouch for it, so none is written"
         )
     end = log_end(verifier)
     problem = head_problem(head, keyring, end)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from service.cli.database import session
 from service.cli.usage import UsageError
 from service.config import load_settings
 
 if TYPE_CHECKING:
+    from service.audit.verification import AuditVerification
     from service.cli.usage import Commands
 
 
@@ -29,10 +30,10 @@ def _head(_args: argparse.Namespace) -> int:
     if head is None:
         print("calmon: the audit chain is empty: nothing to anchor yet", file=sys.stderr)
         return 1
-    print(f"{head['seq']} {head['sha256']}")
+    print(f"{head.seq} {head.sha256}")
     print(
         f"the log verifies; keep this head outside the database, then check it later with "
-        f"`calmon audit verify --expected-seq {head['seq']} --expected-sha256 {head['sha256']}`",
+        f"`calmon audit verify --expected-seq {head.seq} --expected-sha256 {head.sha256}`",
         file=sys.stderr,
     )
     return 0
@@ -42,6 +43,7 @@ def _verify(args: argparse.Namespace) -> int:
     import re
 
     from service.audit.chain import Anchor
+    from service.audit.replies import ChainVerification
     from service.audit.service import verify_audit
     from service.contracts.service import stored_contracts
 
@@ -54,10 +56,13 @@ def _verify(args: argparse.Namespace) -> int:
         anchor = Anchor(args.expected_seq, args.expected_sha256)
     with session() as opened:
         report = verify_audit(opened, anchor, contracts=stored_contracts)
-    print(json.dumps(report, indent=2))
+    shown = ChainVerification.model_validate(report).model_dump(mode="json", exclude_unset=True)
+    # Each problem's keys in the order its check wrote them, as this command has always printed.
+    shown["problems"] = report.problems
+    print(json.dumps(shown, indent=2))
     for line in _verification_summary(report):
         print(line, file=sys.stderr)
-    return 0 if report["valid"] else 1
+    return 0 if report.valid else 1
 
 
 def _reseal(args: argparse.Namespace) -> int:
@@ -99,24 +104,24 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
-def _verification_summary(report: dict[str, Any]) -> list[str]:
+def _verification_summary(report: AuditVerification) -> list[str]:
     """What was checked, and every listed problem, one per line (for stderr)."""
-    from service.audit.service import problem_text
+    from service.audit.verification import problem_text
 
-    checked = report["checked"]
+    checked = report.checked
     what = (
-        f"checked {_count(checked['events'], 'event')}, "
-        f"{_count(checked['contracts'], 'contract')}, "
-        f"{_count(checked['decisions'], 'gate decision')} and "
-        f"{_count(checked['retirements'], 'retirement')}"
+        f"checked {_count(checked.events, 'event')}, "
+        f"{_count(checked.contracts, 'contract')}, "
+        f"{_count(checked.decisions, 'gate decision')} and "
+        f"{_count(checked.retirements, 'retirement')}"
     )
-    if report["anchor"] is not None:
-        what += f" against the anchor at seq {report['anchor']['seq']}"
-    if report["keyed_head"] is not None:
+    if report.anchor is not None:
+        what += f" against the anchor at seq {report.anchor.seq}"
+    if report.keyed_head is not None:
         what += " and the keyed head"
-    if report["valid"]:
+    if report.valid:
         return [f"{what}: the audit log verifies"]
-    count, listed = report["problem_count"], report["problems"]
+    count, listed = report.problem_count, report.problems
     lines = [f"{what}: the audit log does not verify: {_count(count, 'problem')}"]
     for problem in listed:
         at = "" if problem["seq"] is None else f" at seq {problem['seq']}"

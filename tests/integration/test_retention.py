@@ -112,7 +112,7 @@ def test_prune_removes_old_rows_and_keeps_aggregates(
     assert len(contracts["contracts"]) == 1
     with db.session() as session:
         events = list_events(session, type="predictions_pruned")
-        assert verify_audit(session, contracts=stored_contracts)["valid"] is True
+        assert verify_audit(session, contracts=stored_contracts).valid is True
     assert len(events) == 1
     assert events[0].details["predictions"] == 12
     assert events[0].details["cutoff"] == report.cutoff.isoformat()
