@@ -48,45 +48,41 @@ MIN_KEY_LENGTH = 32
 _KEY_ID_MESSAGE = b"calmon audit key id"
 
 
-def event_document(
-    prev: str,
-    *,
-    ts: datetime,
-    type: str,
-    actor: str,
-    model: str | None,
-    contract_id: str | None,
-    details: Mapping[str, Any],
-) -> bytes:
+class EventContent(Protocol):
+    """What an event's hash covers besides the hash of the event before it."""
+
+    @property
+    def ts(self) -> datetime: ...
+    @property
+    def type(self) -> str: ...
+    @property
+    def actor(self) -> str: ...
+    @property
+    def model(self) -> str | None: ...
+    @property
+    def contract_id(self) -> str | None: ...
+    @property
+    def details(self) -> Mapping[str, Any]: ...
+
+
+def event_document(prev: str, event: EventContent) -> bytes:
     """The canonical bytes an event's hash is over."""
     return canonical_json(
         {
             "prev": prev,
-            "ts": format_timestamp(ts),
-            "type": type,
-            "actor": actor,
-            "model": model,
-            "contract_id": contract_id,
-            "details": details,
+            "ts": format_timestamp(event.ts),
+            "type": event.type,
+            "actor": event.actor,
+            "model": event.model,
+            "contract_id": event.contract_id,
+            "details": event.details,
         }
     )
 
 
-def event_digest(
-    prev: str,
-    *,
-    ts: datetime,
-    type: str,
-    actor: str,
-    model: str | None,
-    contract_id: str | None,
-    details: Mapping[str, Any],
-    key: bytes | None = None,
-) -> str:
+def event_digest(prev: str, event: EventContent, key: bytes | None = None) -> str:
     """The chained hash of one event: SHA-256, or HMAC-SHA256 under ``key``."""
-    document = event_document(
-        prev, ts=ts, type=type, actor=actor, model=model, contract_id=contract_id, details=details
-    )
+    document = event_document(prev, event)
     if key is None:
         return hashlib.sha256(document).hexdigest()
     return hmac.new(key, document, hashlib.sha256).hexdigest()
@@ -153,21 +149,11 @@ def retirement_sha256(document: Mapping[str, Any]) -> str:
     return sha256_of(document)
 
 
-class ChainEvent(Protocol):
+class ChainEvent(EventContent, Protocol):
     """What the verifier reads of a stored event."""
 
     @property
     def seq(self) -> int: ...
-    @property
-    def ts(self) -> datetime: ...
-    @property
-    def type(self) -> str: ...
-    @property
-    def actor(self) -> str: ...
-    @property
-    def model(self) -> str | None: ...
-    @property
-    def contract_id(self) -> str | None: ...
     @property
     def details(self) -> dict[str, Any]: ...
     @property
@@ -281,16 +267,7 @@ class ChainVerifier:
         self._prev = event.sha256
 
     def _digest(self, event: ChainEvent, key: AuditKey | None) -> str:
-        return event_digest(
-            self._prev,
-            ts=event.ts,
-            type=event.type,
-            actor=event.actor,
-            model=event.model,
-            contract_id=event.contract_id,
-            details=event.details,
-            key=None if key is None else key.secret,
-        )
+        return event_digest(self._prev, event, None if key is None else key.secret)
 
     def chain_report(self) -> ChainCheck:
         """The chain's section of the report: valid, the first event that does not fit and why,

@@ -85,32 +85,26 @@ def append_event(
     keyring = keyring_of(session)
     signing = keyring.signing
     head = None if signing is None else read_head(session)
-    written = _write(
-        session,
-        prev,
-        signing,
-        type=event.TYPE,
-        actor=actor,
-        now=now,
-        model=model,
-        contract_id=contract_id,
-        details=event.details(),
-    )
+    appended = _Appended(event.TYPE, actor, now, event.details(), model, contract_id)
+    written = _write(session, prev, signing, appended)
     if signing is not None:
         _advance_head(session, keyring, signing, head, written)
 
 
+@dataclass(frozen=True)
+class _Appended:
+    """An event to append: what its hash covers besides the hash before it."""
+
+    type: str
+    actor: str
+    ts: datetime
+    details: dict[str, Any]
+    model: str | None = None
+    contract_id: str | None = None
+
+
 def _write(
-    session: Session,
-    prev: str,
-    signing: AuditKey | None,
-    *,
-    type: str,
-    actor: str,
-    now: datetime,
-    model: str | None = None,
-    contract_id: str | None = None,
-    details: dict[str, Any],
+    session: Session, prev: str, signing: AuditKey | None, event: _Appended
 ) -> list[AuditEventRecord]:
     """Insert one event after ``prev`` under ``signing``, preceded by an
     ``audit_key_enabled`` event when the chain's newest segment is under another key (or none);
@@ -118,7 +112,9 @@ def _write(
     segment = _segment_key_id(session)
     written: list[AuditEventRecord] = []
     if signing is not None and segment != signing.key_id:
-        written.append(_start_segment(session, prev, signing, segment, actor=actor, now=now))
+        written.append(
+            _start_segment(session, prev, signing, segment, actor=event.actor, now=event.ts)
+        )
         prev = written[-1].sha256
     elif signing is None and segment is not None:
         log.warning(
@@ -126,19 +122,7 @@ def _write(
             "no CALMON_AUDIT_KEY, and verification will report it",
             segment,
         )
-    written.append(
-        _insert(
-            session,
-            prev,
-            signing,
-            type=type,
-            actor=actor,
-            now=now,
-            model=model,
-            contract_id=contract_id,
-            details=details,
-        )
-    )
+    written.append(_insert(session, prev, signing, event))
     return written
 
 
@@ -261,19 +245,14 @@ def reseal(session: Session, *, actor: str, now: datetime, reason: str | None) -
     problem = head_problem(head, keyring, end)
     if problem is None:
         return None
+    resealing = AuditResealed(
+        reason=reason,
+        problem=problem,
+        previous_head=None if head is None else head.to_dict(),
+        log_end={"events": end.events, "seq": end.last_seq, "sha256": end.last_sha256},
+    )
     written = _write(
-        session,
-        prev,
-        signing,
-        type=AuditResealed.TYPE,
-        actor=actor,
-        now=now,
-        details=AuditResealed(
-            reason=reason,
-            problem=problem,
-            previous_head=None if head is None else head.to_dict(),
-            log_end={"events": end.events, "seq": end.last_seq, "sha256": end.last_sha256},
-        ).details(),
+        session, prev, signing, _Appended(resealing.TYPE, actor, now, resealing.details())
     )
     last = written[-1]
     resealed = KeyedHead.sign(
@@ -314,15 +293,8 @@ def _start_segment(
     actor: str,
     now: datetime,
 ) -> AuditEventRecord:
-    return _insert(
-        session,
-        prev,
-        key,
-        type=KeyEnabled.TYPE,
-        actor=actor,
-        now=now,
-        details=KeyEnabled(key_id=key.key_id, previous_key_id=previous_key_id).details(),
-    )
+    enabled = KeyEnabled(key_id=key.key_id, previous_key_id=previous_key_id)
+    return _insert(session, prev, key, _Appended(enabled.TYPE, actor, now, enabled.details()))
 
 
 def _segment_key_id(session: Session) -> str | None:
@@ -337,36 +309,17 @@ def _segment_key_id(session: Session) -> str | None:
 
 
 def _insert(
-    session: Session,
-    prev: str,
-    key: AuditKey | None,
-    *,
-    type: str,
-    actor: str,
-    now: datetime,
-    model: str | None = None,
-    contract_id: str | None = None,
-    details: dict[str, Any],
+    session: Session, prev: str, key: AuditKey | None, event: _Appended
 ) -> AuditEventRecord:
-    digest = event_digest(
-        prev,
-        ts=now,
-        type=type,
-        actor=actor,
-        model=model,
-        contract_id=contract_id,
-        details=details,
-        key=None if key is None else key.secret,
-    )
     record = AuditEventRecord(
-        ts=now,
-        type=type,
-        actor=actor,
-        model=model,
-        contract_id=contract_id,
-        details=details,
+        ts=event.ts,
+        type=event.type,
+        actor=event.actor,
+        model=event.model,
+        contract_id=event.contract_id,
+        details=event.details,
         prev_sha256=prev,
-        sha256=digest,
+        sha256=event_digest(prev, event, None if key is None else key.secret),
     )
     session.add(record)
     session.flush()

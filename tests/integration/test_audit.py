@@ -61,16 +61,7 @@ def rehash(db: Database, from_seq: int, key: bytes | None = None) -> None:
     with db.session() as session:
         for row in rows:
             event = next(e for e in audit.iter_chain(session) if e.seq == row["seq"])
-            digest = event_digest(
-                prev,
-                ts=event.ts,
-                type=event.type,
-                actor=event.actor,
-                model=event.model,
-                contract_id=event.contract_id,
-                details=event.details,
-                key=key,
-            )
+            digest = event_digest(prev, event, key)
             session.execute(
                 text("UPDATE audit_events SET prev_sha256 = :p, sha256 = :h WHERE seq = :s"),
                 {"p": prev, "h": digest, "s": event.seq},
