@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from flask import Blueprint, Response
 from werkzeug.routing import BaseConverter
 
 from service.auth.tokens import Permission
 from service.common.clock import utcnow
+from service.common.declared import Declared
 from service.contracts import service as contracts_service
 from service.contracts.model import Contract as StoredContract
 from service.contracts.replies import Contract, ContractList, Verification
@@ -77,49 +79,52 @@ def links_from_contract() -> dict[str, Any]:
     }
 
 
-def _created(contract: StoredContract) -> Response:
-    """A new contract, with what its reviewer should know of it."""
+View = TypeVar("View", bound=Callable[..., Response])
+
+
+def _creation(path: str, operation_id: str, body: Declared) -> Callable[[View], View]:
+    """Declare a route that stores a contract: ``POST path`` for the ``admin`` permission, the
+    request ``body``, replying 201 with the stored contract; documented as ``operation_id``."""
+
+    def declare(view: View) -> View:
+        declared = operation(
+            operation_id=operation_id,
+            reply=Contract,
+            reply_description="the stored contract",
+            status=201,
+            body=body,
+            query=NoQuery,
+            links=links_from_contract(),
+        )(view)
+        return bp.post(path)(requires(Permission.ADMIN)(declared))
+
+    return declare
+
+
+def _created(store: Callable[..., StoredContract], request: object, operation_id: str) -> Response:
+    """Store the contract of a parsed ``request`` through ``store`` (the caller as its actor,
+    under the request's key for ``operation_id``) and reply 201 with it and what its reviewer
+    should know of it."""
+    contract = store(
+        db_session(),
+        request,
+        actor=current_principal().name,
+        request_key=request_key(operation_id),
+    )
     warnings = contracts_service.contract_warnings(contract)
     created = Contract.model_validate(contract).model_copy(update={"warnings": warnings})
     return reply(Contract, created, 201)
 
 
-@bp.post("/contracts")
-@requires(Permission.ADMIN)
-@operation(
-    operation_id="registerContract",
-    reply=Contract,
-    reply_description="the stored contract",
-    status=201,
-    body=REGISTRATION,
-    query=NoQuery,
-    links=links_from_contract(),
-)
+@_creation("/contracts", "registerContract", REGISTRATION)
 def register() -> Response:
     """Register a contract fitted elsewhere."""
     NoQuery.parse()
     spec = parse_registration(json_body())
-    return _created(
-        contracts_service.register_contract(
-            db_session(),
-            spec,
-            actor=current_principal().name,
-            request_key=request_key("registerContract"),
-        )
-    )
+    return _created(contracts_service.register_contract, spec, "registerContract")
 
 
-@bp.post("/contracts/fit")
-@requires(Permission.ADMIN)
-@operation(
-    operation_id="fitContract",
-    reply=Contract,
-    reply_description="the stored contract",
-    status=201,
-    body=FIT,
-    query=NoQuery,
-    links=links_from_contract(),
-)
+@_creation("/contracts/fit", "fitContract", FIT)
 def fit() -> Response:
     """Fit a calibrator on fit, measure fit and eval, store the contract.
 
@@ -127,14 +132,7 @@ def fit() -> Response:
     """
     NoQuery.parse()
     request = parse_fit_request(json_body())
-    return _created(
-        contracts_service.fit_contract(
-            db_session(),
-            request,
-            actor=current_principal().name,
-            request_key=request_key("fitContract"),
-        )
-    )
+    return _created(contracts_service.fit_contract, request, "fitContract")
 
 
 class ContractsQuery(PageQuery):
