@@ -19,12 +19,8 @@ from hypothesis import strategies as st
 from service.calibration._checks import MAX_ABS_LOGIT
 from service.common.errors import ValidationFailed
 from service.stream.batch_bodies import MAX_ID_LENGTH
-from service.stream.batch_columns import (
-    PredictionBatch,
-    _parse_predictions_fast,
-    parse_predictions,
-    parse_predictions_declared,
-)
+from service.stream.batch_columns import _parse_predictions_fast, parse_predictions
+from service.stream.column_checks import PredictionBatch, parse_predictions_declared
 from tests.unit.stream.hostile_json import JSON_ANY, ODD_TEXT, STAMPS, TEXT
 
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
-from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -20,7 +19,8 @@ from hypothesis import strategies as st
 from service.common.errors import ValidationFailed
 from service.stream import batch_columns as batches
 from service.stream.batch_bodies import MAX_ID_LENGTH
-from service.stream.batch_columns import LabelBatch, parse_labels
+from service.stream.batch_columns import parse_labels
+from service.stream.column_checks import LabelBatch, parse_labels_declared
 from tests.unit.stream.hostile_json import JSON_ANY, ODD_TEXT, STAMPS
 
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
@@ -71,17 +71,13 @@ def label_batches(draw: st.DrawFn) -> list[Any]:
 
 
 def outcome(items: list[Any], *, declared_only: bool) -> tuple[str, Any]:
-    """('ok', batch) or ('invalid', [(field, item, message)]), by the served path or with the
-    fast path switched off (every batch then goes through the declaration)."""
-    with mock.patch.object(
-        batches,
-        "_parse_labels_fast",
-        (lambda *args: None) if declared_only else batches._parse_labels_fast,
-    ):
-        try:
-            return "ok", parse_labels(items, index_of=INDEX_OF, n_classes=K, now=NOW)
-        except ValidationFailed as error:
-            return "invalid", [(d.field, d.item, d.message) for d in error.details]
+    """('ok', batch) or ('invalid', [(field, item, message)]), by the served path or by the
+    declaration item by item."""
+    parse = parse_labels_declared if declared_only else parse_labels
+    try:
+        return "ok", parse(items, index_of=INDEX_OF, n_classes=K, now=NOW)
+    except ValidationFailed as error:
+        return "invalid", [(d.field, d.item, d.message) for d in error.details]
 
 
 def same_batch(a: LabelBatch, b: LabelBatch) -> bool:
