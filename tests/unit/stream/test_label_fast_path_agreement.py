@@ -158,3 +158,30 @@ def test_clean_batches_take_the_fast_path_with_repeats_set_apart() -> None:
     assert batch.ids == ["a", "b"] and batch.items == [0, 1]
     assert [label.as_sent() for label in batch.labels] == [0, "owl"]
     assert [(ident, label.as_sent()) for ident, label in batch.repeats] == [("a", "dog")]
+
+
+def test_a_batch_of_many_bad_labels_gets_the_declared_details_and_totals() -> None:
+    """More problems than a reply lists, of every kind an item can have: the details are the
+    declaration's first, and the totals, counted from the columns, are the declaration's."""
+    clean = {"id": "a", "label": "dog", "ts": "2026-11-30T11:00:00Z"}
+    spoilers: list[Any] = [
+        {**clean, "id": ""},
+        {**clean, "label": "bird", "extra": 1, "score": 2},
+        {"label": 5},
+        7,
+        {**clean, "ts": "yesterday", "id": None},
+        clean,
+    ]
+    items = [spoilers[i % len(spoilers)] for i in range(500)]
+
+    def reply(parse: Any) -> tuple[Any, ...]:
+        try:
+            parse(items, index_of=INDEX_OF, n_classes=K, now=NOW)
+        except ValidationFailed as error:
+            details = [(d.field, d.item, d.message) for d in error.details]
+            return details, error.details_total, error.items
+        raise AssertionError("the batch is refused")
+
+    declared = reply(parse_labels_declared)
+    assert reply(parse_labels) == declared
+    assert declared[1] > 100
