@@ -132,10 +132,11 @@ def _clean_ids(ids: list[Any]) -> bool:
 def _in_range(stamps: list[datetime | None], now: datetime) -> list[datetime] | None:
     """``stamps`` (at least one) if every one parsed and all lie in the accepted range, else
     None."""
-    if None in stamps:
-        return None
     parsed: list[datetime] = stamps  # type: ignore[assignment]
-    if timestamp_problem(min(parsed), now) or timestamp_problem(max(parsed), now):
+    try:
+        if timestamp_problem(min(parsed), now) or timestamp_problem(max(parsed), now):
+            return None
+    except TypeError:  # None does not compare with a time: one did not parse
         return None
     return parsed
 
