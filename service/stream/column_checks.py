@@ -23,12 +23,11 @@ from typing import Any
 
 import numpy as np
 
-from service.calibration._checks import MAX_ABS_LOGIT
 from service.calibration.vocabulary import Task
 from service.common.declared import collect
 from service.common.errors import MAX_DETAILS, ErrorCollector, ValidationFailed
 from service.common.values import text_problem, timestamp_problem
-from service.contracts.labeled_sets import inputs_problem
+from service.contracts.labeled_sets import inputs_problem, outside_range
 from service.stream.batch_bodies import (
     MAX_ID_LENGTH,
     PREDICTION_ITEM,
@@ -200,13 +199,10 @@ def _refused_cohorts(cohorts: Sequence[Any]) -> np.ndarray:
 
 
 def _refused_inputs(inputs: np.ndarray, readable: np.ndarray | None, task: str) -> np.ndarray:
-    """Per row, whether its logits or score is unreadable, not finite or out of range
-    (``inputs_problem``'s rule, row by row)."""
+    """Per row, whether its logits or score is unreadable, not finite or out of range."""
+    finite = np.isfinite(inputs) if task != Task.MULTICLASS else np.isfinite(inputs).all(axis=1)
     with np.errstate(invalid="ignore"):
-        if task == Task.MULTICLASS:
-            bad = ~np.isfinite(inputs).all(axis=1) | (np.abs(inputs) > MAX_ABS_LOGIT).any(axis=1)
-        else:
-            bad = ~np.isfinite(inputs) | (inputs < 0) | (inputs > 1)
+        bad = ~finite | outside_range(inputs, task)
     return bad if readable is None else bad | ~readable
 
 
