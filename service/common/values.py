@@ -50,6 +50,12 @@ def text_problem(text: str) -> str | None:
     return None
 
 
+def printable(text: str, limit: int = 64) -> str:
+    """``text`` as printable ASCII escapes (``\\x00``, ``\\ud800``), at most ``limit`` characters:
+    client text quoted in a message."""
+    return ascii(text)[1:-1][:limit]
+
+
 def timestamp_problem(ts: datetime, now: datetime) -> str | None:
     """Why ``ts`` lies outside ``[EARLIEST_TIMESTAMP, now + MAX_FUTURE]``, or None."""
     if ts < EARLIEST_TIMESTAMP:

@@ -111,14 +111,21 @@ def _first_bad_row(rows: Sequence[Any], width: int | None) -> tuple[int, str] | 
     return None
 
 
-def inputs_problem(array: np.ndarray, task: str) -> tuple[int, str] | None:
-    """The first row of finite inputs outside their range, and why: logits beyond
-    +-``MAX_ABS_LOGIT`` (see ``service.calibration._checks``), scores outside [0, 1]."""
+def outside_range(array: np.ndarray, task: str) -> np.ndarray:
+    """Per row (bool, (N,)), whether its inputs lie outside their range: logits (N, K) beyond
+    +-``MAX_ABS_LOGIT`` (see ``service.calibration._checks``), scores (N,) outside [0, 1]; a
+    NaN lies inside."""
     if task == Task.BINARY:
-        outside = np.flatnonzero((array < 0) | (array > 1))
+        return (array < 0) | (array > 1)
+    return (np.abs(array) > MAX_ABS_LOGIT).any(axis=1)
+
+
+def inputs_problem(array: np.ndarray, task: str) -> tuple[int, str] | None:
+    """The first row of finite inputs outside their range (``outside_range``), and why."""
+    outside = np.flatnonzero(outside_range(array, task))
+    if task == Task.BINARY:
         message = "a score is P(positive): must be in [0, 1]"
     else:
-        outside = np.flatnonzero((np.abs(array) > MAX_ABS_LOGIT).any(axis=1))
         message = f"logits must lie within +-{MAX_ABS_LOGIT:g} (send a masked class as -1e6)"
     return (int(outside[0]), message) if outside.size else None
 

@@ -7,11 +7,10 @@ variable list whose rows all hold K numbers is taken too) for a multiclass contr
 (a null is the key absent from that row's cohort). Labels: ``id``, ``label`` (class index or
 class name), ``ts``. Dictionary-encoded columns are decoded first.
 
-The columns are converted without building an object per item and checked by
-``batches.prediction_columns`` / ``batches.label_columns``, the checks of the JSON fast path;
-when those find anything wrong, ``arrow_rows`` names every bad row and field as the item-by-item
-path of JSON bodies does (``predictions[3].ts``). A column of the wrong type, or a missing or
-unexpected column, is refused whole, naming the column.
+The columns are converted without building an object per item and go through the checks of a
+JSON batch's columns (``column_checks``); the rows they flag are named, as JSON items (a null is
+the field absent), by the declaration, as a JSON batch's are (``predictions[3].ts``). A column
+of the wrong type, or a missing or unexpected column, is refused whole, naming the column.
 """
 
 from __future__ import annotations
@@ -27,23 +26,16 @@ import pyarrow.compute as pc
 from service.calibration.vocabulary import Task
 from service.common.errors import ErrorCollector, ErrorDetail, ValidationFailed
 from service.common.values import format_timestamp, parse_timestamp
-from service.stream.arrow_rows import (
-    RowProblems,
-    label_problems,
-    logit_problems,
-    score_problems,
-)
 from service.stream.arrow_stream import is_text, refused, type_name
-from service.stream.batch_bodies import check_cohort
-from service.stream.batch_columns import (
+from service.stream.cohorts import MAX_KEYS, MAX_LENGTH, OTHER, parse_cohort
+from service.stream.column_checks import (
     LabelBatch,
     PredictionBatch,
-    label_columns,
-    parse_labels,
-    parse_predictions,
-    prediction_columns,
+    SentLabels,
+    SentPredictions,
+    check_labels,
+    check_predictions,
 )
-from service.stream.cohorts import MAX_KEYS, MAX_LENGTH, OTHER
 
 _PREDICTION_COLUMNS = ("id", "ts", "logits", "score")
 _LABEL_COLUMNS = ("id", "label", "ts")
@@ -76,15 +68,14 @@ _FIRST_SECOND, _LAST_SECOND = -62_135_596_800, 253_402_300_799
 _PER_SECOND = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}
 
 
-def _stamps(table: pa.Table) -> tuple[list[datetime] | None, list[Any]]:
-    """``(parsed, raw)``: the ``ts`` column as aware UTC datetimes (None when a value is null,
+def _stamps(table: pa.Table) -> tuple[list[datetime | None], list[Any]]:
+    """``(parsed, raw)``: the ``ts`` column as aware UTC datetimes (None where a value is null,
     out of ``datetime``'s range or does not parse) and per row as sent: None for a null, an
     aware datetime, or text (RFC 3339 or not; ``out of range`` beyond ``datetime``'s range)."""
     column = _decoded(table.column("ts"))
     if is_text(column.type):
         raw = column.to_pylist()
-        parsed = [parse_timestamp(t) if isinstance(t, str) else None for t in raw]
-        return (None if None in parsed else parsed), raw  # type: ignore[return-value]
+        return [parse_timestamp(t) for t in raw], raw
     if not pa.types.is_timestamp(column.type):
         raise refused("ts", f"expected a timestamp or string column, got {type_name(column.type)}")
     if column.type.tz is None:
@@ -100,17 +91,20 @@ def _stamps(table: pa.Table) -> tuple[list[datetime] | None, list[Any]]:
     naive = micros.astype("datetime64[us]").astype(datetime).tolist()
     aware: list[datetime] = [t.replace(tzinfo=UTC) for t in naive]
     if inside.all() and not nulls.any():
-        return aware, aware
+        return aware, aware  # type: ignore[return-value]
     raw = [
         None if null else (t if ok else "out of range")
         for t, ok, null in zip(aware, inside.tolist(), nulls.tolist(), strict=True)
     ]
-    return None, raw
+    return [t if isinstance(t, datetime) else None for t in raw], raw
 
 
-def _inputs(table: pa.Table, task: str, n_classes: int) -> tuple[np.ndarray | None, str]:
-    """The logits as (N, K) float64 or the scores as (N,); None when a row is null or ragged
-    (the item-by-item path names it). Returns the column's name too."""
+def _inputs(
+    table: pa.Table, task: str, n_classes: int
+) -> tuple[np.ndarray, np.ndarray | None, str]:
+    """The logits as (N, K) float64 or the scores as (N,), with the rows that are null or not K
+    numbers marked unreadable (NaN; None: every row is readable). Returns the column's name
+    too."""
     name = "logits" if task == Task.MULTICLASS else "score"
     other = "score" if task == Task.MULTICLASS else "logits"
     if other in table.column_names:
@@ -120,9 +114,10 @@ def _inputs(table: pa.Table, task: str, n_classes: int) -> tuple[np.ndarray | No
     if task != Task.MULTICLASS:
         if not (pa.types.is_floating(column.type) or pa.types.is_integer(column.type)):
             raise refused(name, f"expected a numeric column, got {type_name(column.type)}")
-        if column.null_count:
-            return None, name
-        return column.to_numpy().astype(np.float64), name
+        if not column.null_count:
+            return column.to_numpy().astype(np.float64), None, name
+        scores = column.cast(pa.float64()).fill_null(np.nan).to_numpy()
+        return scores, ~column.is_null().to_numpy(zero_copy_only=False), name
     kind = column.type
     if not (
         pa.types.is_fixed_size_list(kind) or pa.types.is_list(kind) or pa.types.is_large_list(kind)
@@ -138,14 +133,33 @@ def _inputs(table: pa.Table, task: str, n_classes: int) -> tuple[np.ndarray | No
             name, f"expected K = {n_classes} numbers per row, the list size is {kind.list_size}"
         )
     combined = column.combine_chunks()
-    if combined.null_count or combined.flatten().null_count:
-        return None, name
-    if not pa.types.is_fixed_size_list(kind):
-        lengths = combined.value_lengths().to_numpy(zero_copy_only=False)
-        if (lengths != n_classes).any():
-            return None, name
-    flat = combined.flatten().to_numpy(zero_copy_only=False).astype(np.float64)
-    return flat.reshape(len(combined), n_classes), name
+    fixed = pa.types.is_fixed_size_list(kind)
+    lengths = None if fixed else combined.value_lengths().to_numpy(zero_copy_only=False)
+    full = lengths is None or bool((lengths == n_classes).all())
+    if full and not combined.null_count and not combined.flatten().null_count:
+        flat = combined.flatten().to_numpy(zero_copy_only=False).astype(np.float64)
+        return flat.reshape(len(combined), n_classes), None, name
+    return (*_ragged_logits(combined, n_classes), name)
+
+
+def _ragged_logits(combined: pa.Array, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """A list column of logits with null rows, null values or rows not of K values: (N, K)
+    float64, NaN in the rows not readable as K numbers, and the readable rows."""
+    nulls = combined.is_null().to_numpy(zero_copy_only=False)
+    if pa.types.is_fixed_size_list(combined.type):
+        lengths = np.full(len(combined), combined.type.list_size)
+    else:
+        lengths = combined.value_lengths().fill_null(0).to_numpy(zero_copy_only=False)
+    full = ~nulls & (lengths == n_classes)
+    values = combined.filter(pa.array(full)).flatten()
+    absent = values.is_null().to_numpy(zero_copy_only=False).reshape(-1, n_classes)
+    logits = values.cast(pa.float64()).fill_null(0.0).to_numpy(zero_copy_only=False)
+    readable = full.copy()
+    readable[full] = ~absent.any(axis=1)
+    inputs = np.full((len(combined), n_classes), np.nan)
+    inputs[full] = logits.reshape(-1, n_classes)
+    inputs[~readable] = np.nan
+    return inputs, readable
 
 
 def _cohorts(table: pa.Table, keys: list[str]) -> list[dict[str, Any]]:
@@ -166,14 +180,14 @@ def _cohorts(table: pa.Table, keys: list[str]) -> list[dict[str, Any]]:
 
 
 def _cohort_columns_pass(table: pa.Table, keys: list[str]) -> bool:
-    """Whether every row's cohort passes ``batches.check_cohort``, judged a key column at a
+    """Whether every row's cohort passes ``cohorts.parse_cohort``, judged a key column at a
     time: at most ``cohorts.MAX_KEYS`` key columns, each named as a key may be, their values
     1-``cohorts.MAX_LENGTH`` characters without NUL, not ``cohorts.OTHER`` (a validated Arrow
     string holds no lone surrogate)."""
     if len(keys) > MAX_KEYS:
         return False
     for key in keys:
-        if check_cohort({key: "v"}, "cohort", ErrorCollector(), None) is None:
+        if parse_cohort({key: "v"}, "cohort", ErrorCollector(), None) is None:
             return False
         values = pc.unique(_strings(table, key).combine_chunks()).drop_null()
         if not len(values):
@@ -196,36 +210,27 @@ def predictions_from_arrow(
     _required(table, ["id", "ts"])
     keys = [n for n in table.column_names if n not in _PREDICTION_COLUMNS]
     ids = _strings(table, "id").to_pylist()
-    inputs, name = _inputs(table, task, n_classes)
+    inputs, readable, name = _inputs(table, task, n_classes)
     stamps, raw_ts = _stamps(table)
     cohorts = _cohorts(table, keys)
-    if inputs is not None and stamps is not None and _cohort_columns_pass(table, keys):
-        batch = prediction_columns(ids, stamps, cohorts, inputs, task, now, cohorts_checked=True)
-        if batch is not None:
-            return batch
-    found = RowProblems("predictions")
-    found.ids(ids, 0)
-    found.stamps(raw_ts, now, 1)
-    found.cohorts(cohorts, 2)
     column = table.column(name)
-    problems = (
-        logit_problems(column, n_classes) if task == Task.MULTICLASS else score_problems(column)
-    )
-    found.values(name, problems, 3)
-    found.raise_if_any("the predictions batch has invalid items; nothing was written")
-    # The row checks hold the rules of the fast checks: should they ever disagree, the
-    # item-by-item path decides.
-    rows = column.to_pylist()
-    items = [
-        _item(
-            ("id", ids[i]),
-            ("ts", _text(raw_ts[i])),
-            ("cohort", cohorts[i] or None),
-            (name, rows[i]),
+
+    def item(row: int) -> dict[str, Any]:
+        return _item(
+            ("id", ids[row]),
+            ("ts", _text(raw_ts[row])),
+            ("cohort", cohorts[row] or None),
+            (name, column[row].as_py()),
         )
-        for i in range(table.num_rows)
-    ]
-    return parse_predictions(items, task=task, n_classes=n_classes, now=now)
+
+    return check_predictions(
+        SentPredictions(ids, stamps, cohorts, inputs, readable),
+        item,
+        task=task,
+        n_classes=n_classes,
+        now=now,
+        cohorts_checked=_cohort_columns_pass(table, keys),
+    )
 
 
 def _item(*fields: tuple[str, Any]) -> dict[str, Any]:
@@ -255,16 +260,14 @@ def labels_from_arrow(
         )
     raw_labels = label.to_pylist()
     stamps, raw_ts = _stamps(table)
-    batch = label_columns(ids, raw_labels, stamps, index_of, n_classes, now)
-    if batch is not None:
-        return batch
-    found = RowProblems("labels")
-    found.ids(ids, 0)
-    found.values("label", label_problems(raw_labels, index_of, n_classes), 1)
-    found.stamps(raw_ts, now, 2)
-    found.raise_if_any("the labels batch has invalid items; nothing was written")
-    items = [
-        _item(("id", ids[i]), ("label", raw_labels[i]), ("ts", _text(raw_ts[i])))
-        for i in range(table.num_rows)
-    ]
-    return parse_labels(items, index_of=index_of, n_classes=n_classes, now=now)
+
+    def item(row: int) -> dict[str, Any]:
+        return _item(("id", ids[row]), ("label", raw_labels[row]), ("ts", _text(raw_ts[row])))
+
+    return check_labels(
+        SentLabels(ids, raw_labels, stamps),
+        item,
+        index_of=index_of,
+        n_classes=n_classes,
+        now=now,
+    )

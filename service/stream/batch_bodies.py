@@ -1,18 +1,18 @@
 """The declared bodies of the ingest routes: the one statement of a batch's shape and rules.
 
 The pydantic models here validate a batch's envelope and, item by item, its predictions and
-labels, naming every problem; their JSON Schema is the OpenAPI document's. ``batch_columns``
+labels, naming every problem; their JSON Schema is the OpenAPI document's. ``column_checks``
 checks whole batches as columns against the same rules and turns to these models to name the
-problems of a batch it refuses.
+problems of the rows it flags.
 
 Per item: ``id`` is 1-200 characters of valid text (no NUL, no lone surrogate), not only
 whitespace; ``ts`` is an RFC 3339 timestamp with a zone within ``service.common.values``'s range
 around the time of receipt (not before 2000-01-01, at most 1 day ahead); ``cohort`` is an object
-of string keys (the whole key matches ``cohorts.KEY_PATTERN``) to strings of valid text, then
-``cohorts.parse_cohort``'s rules; ``logits`` are K finite numbers within +-``MAX_ABS_LOGIT`` (see
-``service.calibration._checks``), ``score`` a number in [0, 1]; a label is a class index or name
-that some contract version of the model knows (``service.stream.label_classes``: the contract of
-the label's prediction judges it when they meet).
+of string keys to strings by ``cohorts.parse_cohort``'s rules; ``logits`` are K finite numbers
+within +-``MAX_ABS_LOGIT`` (see ``service.calibration._checks``), ``score`` a number in [0, 1];
+a label is a class index or name that some contract version of the model knows
+(``service.stream.label_classes``: the contract of the label's prediction judges it when they
+meet).
 """
 
 from __future__ import annotations
@@ -41,9 +41,7 @@ from service.common.declared import (
     text_field,
 )
 from service.common.errors import ErrorCollector
-from service.common.values import (
-    text_problem,
-)
+from service.common.values import printable, text_problem
 from service.contracts.labeled_sets import inputs_problem, number_problem
 from service.contracts.model import MAX_CLASSES
 from service.stream.cohorts import KEY_PATTERN, MAX_KEYS, MAX_LENGTH, parse_cohort
@@ -98,38 +96,6 @@ def id_problem(value: Any) -> str | None:
     return text_problem(value)
 
 
-def _printable(key: str) -> str:
-    return ascii(key)[1:-1][:64]
-
-
-def check_cohort(
-    value: Any, path: str, errors: ErrorCollector, item: int | None
-) -> dict[str, str] | None:
-    """The cohort's types and text (keys matching whole, values of valid text), then
-    ``parse_cohort``'s rules; ``None`` (absent) is no cohort."""
-    if value is None:
-        return {}
-    if type(value) is not dict:
-        errors.add(path, "expected an object of string keys to string values", item)
-        return None
-    for key, val in value.items():
-        if not KEY_PATTERN.fullmatch(key):
-            errors.add(
-                f"{path}.{_printable(key)}",
-                "keys are 1-64 letters, digits, _ . - starting with a letter or _",
-                item,
-            )
-            return None
-        if type(val) is not str:
-            errors.add(f"{path}.{key}", "expected a string value", item)
-            return None
-        problem = text_problem(val)
-        if problem is not None:
-            errors.add(f"{path}.{key}", problem, item)
-            return None
-    return parse_cohort(value, path, errors, item)
-
-
 def row_numbers_problem(row: Any, task: str, n_classes: int) -> str | None:
     """Why one row's logits/score is unusable, or None."""
     values = row if task == Task.MULTICLASS else [row]
@@ -152,7 +118,7 @@ def _id(value: Any) -> str:
 
 def _cohort(value: Any, info: ValidationInfo) -> dict[str, str]:
     errors = ErrorCollector()
-    cohort = check_cohort(value, info.field_name or "cohort", errors, None)
+    cohort = parse_cohort(value, info.field_name or "cohort", errors, None)
     if cohort is None:
         raise problems(errors)
     return cohort
@@ -172,7 +138,7 @@ def sent_label(value: Any, index_of: Mapping[str, int], n_classes: int) -> SentL
     counts; ``index_of`` from ``label_classes.known_labels``)."""
     if isinstance(value, str):
         if value not in index_of:
-            return f"{_printable(value)!r} is not a class of any contract version of the model"
+            return f"{printable(value)!r} is not a class of any contract version of the model"
         return SentLabel(index_of[value], value)
     if type(value) is int:
         if 0 <= value < n_classes:

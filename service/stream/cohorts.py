@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from service.common.errors import ErrorCollector
+from service.common.values import printable, text_problem
 from service.config import Settings
 from service.stream import cohort_store
 
@@ -30,24 +31,32 @@ KEY_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}\Z")
 def parse_cohort(
     value: Any, path: str, errors: ErrorCollector, item: int | None = None
 ) -> dict[str, str] | None:
-    """Validate a cohort map; ``None`` (absent) means no cohort keys."""
+    """Validate a cohort map, recording its first problem; ``None`` (absent) means no cohort
+    keys. Its types and text first (keys matching ``KEY_PATTERN`` whole, string values of valid
+    text), then at most ``MAX_KEYS`` keys, values of 1-``MAX_LENGTH`` characters, ``OTHER``
+    neither key nor value."""
     if value is None:
         return {}
-    if not isinstance(value, dict):
+    if type(value) is not dict:
         errors.add(path, "expected an object of string keys to string values", item)
         return None
-    if len(value) > MAX_KEYS:
-        errors.add(path, f"at most {MAX_KEYS} keys, got {len(value)}", item)
-        return None
     for key, val in value.items():
-        if not KEY_PATTERN.match(key):
+        if not KEY_PATTERN.fullmatch(key):
             errors.add(
-                f"{path}.{key[:MAX_LENGTH]}",
+                f"{path}.{printable(key)}",
                 "keys are 1-64 letters, digits, _ . - starting with a letter or _",
                 item,
             )
             return None
-        if not isinstance(val, str) or not 0 < len(val) <= MAX_LENGTH or "\x00" in val:
+        problem = "expected a string value" if type(val) is not str else text_problem(val)
+        if problem is not None:
+            errors.add(f"{path}.{key}", problem, item)
+            return None
+    if len(value) > MAX_KEYS:
+        errors.add(path, f"at most {MAX_KEYS} keys, got {len(value)}", item)
+        return None
+    for key, val in value.items():
+        if not 0 < len(val) <= MAX_LENGTH:
             errors.add(f"{path}.{key}", f"expected a string of 1-{MAX_LENGTH} characters", item)
             return None
         if key == OTHER or val == OTHER:

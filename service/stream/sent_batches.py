@@ -4,7 +4,8 @@ Both ingest routes take their batch as JSON (``{"model", "contract_id"?, items_k
 or as an Arrow IPC stream whose envelope comes as query parameters. ``SentBatch`` holds the
 envelope, checked by the same declaration either way (``batch_bodies.parse_envelope``), and the
 rows as sent; once the contract is known, ``predictions`` and ``labels`` give the validated
-columns (``batch_columns``, ``arrow_batches``), whichever form the rows came in.
+columns (``batch_columns`` or ``arrow_batches`` read them, ``column_checks`` checks them),
+whichever form the rows came in.
 """
 
 from __future__ import annotations

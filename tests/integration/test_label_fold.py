@@ -22,7 +22,7 @@ from service.config import load_settings
 from service.db.database import Database
 from service.export import refresher as refresher_module
 from service.export.refresher import Refresher, refresh_all
-from service.stream import fold, fold_store, ingestion
+from service.stream import fold, fold_store, label_join
 from service.stream.maintenance import rebuild_buckets
 from service.stream.retention import prune
 from tests.integration.conftest import Auth
@@ -225,7 +225,7 @@ def test_recent_labels_and_labels_sharing_a_bucket_are_counted_by_their_request(
     """Ten labels of the last day and two late ones in one bucket: all counted by the request
     while two labels in a bucket are enough (``COUNTED_AT``); the late pair waits when three
     are needed."""
-    monkeypatch.setattr(ingestion, "COUNTED_AT", counted_at)
+    monkeypatch.setattr(label_join, "COUNTED_AT", counted_at)
     now = datetime.now(UTC)
     recent = [
         {**r, "id": f"r{i}", "ts": iso(now - timedelta(hours=i + 1))}

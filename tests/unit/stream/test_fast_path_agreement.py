@@ -1,9 +1,10 @@
-"""The prediction batch's fast path agrees with the declared item-by-item validation.
+"""The prediction batch's column checks agree with the declared item-by-item validation.
 
 A batch the fast path accepts must be one the declaration accepts, with the same ids,
-timestamps, cohorts and numbers; a batch it doubts falls back to the declaration, so the reply
-(its verdict and every error, item by item) is the declaration's. Hypothesis draws batches of
-valid and invalid items: every JSON type where each field goes, edge numbers and odd text.
+timestamps, cohorts and numbers; a batch it doubts is refused with the declaration's reply (its
+verdict and every error, item by item, and the totals when there are more than a reply lists).
+Hypothesis draws batches of valid and invalid items: every JSON type where each field goes, edge
+numbers and odd text.
 """
 
 from __future__ import annotations
@@ -17,14 +18,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from service.calibration._checks import MAX_ABS_LOGIT
-from service.common.errors import ValidationFailed
+from service.common.errors import MAX_DETAILS, ValidationFailed
+from service.stream import column_checks
 from service.stream.batch_bodies import MAX_ID_LENGTH
-from service.stream.batch_columns import (
-    PredictionBatch,
-    _parse_predictions_fast,
-    parse_predictions,
-    parse_predictions_declared,
-)
+from service.stream.batch_columns import _parse_predictions_fast, parse_predictions
+from service.stream.column_checks import PredictionBatch, parse_predictions_declared
 from tests.unit.stream.hostile_json import JSON_ANY, ODD_TEXT, STAMPS, TEXT
 
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
@@ -217,3 +215,58 @@ def test_an_id_of_only_whitespace_is_refused_on_both_paths() -> None:
     assert _parse_predictions_fast(items, "binary", 2, NOW) is None
     verdict, errors = outcome(lambda: parse_predictions(items, task="binary", n_classes=2, now=NOW))
     assert verdict == "invalid" and [e[:2] for e in errors] == [("predictions[0].id", 0)]
+
+
+def totals(parse: Any) -> tuple[Any, ...]:
+    """The reply of a refused batch whole: its details, how many problems, how many items."""
+    with pytest.raises(ValidationFailed) as refused:
+        parse()
+    error = refused.value
+    return [(d.field, d.item, d.message) for d in error.details], error.details_total, error.items
+
+
+@pytest.mark.slow
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@given(task=st.sampled_from(["multiclass", "binary"]), data=st.data())
+def test_a_batch_of_many_bad_items_gets_the_declared_details_and_totals(
+    task: str, data: st.DataObject
+) -> None:
+    """A drawn batch sent 60 times over: more problems than a reply lists whenever it has two
+    or more."""
+    value_key = "logits" if task == "multiclass" else "score"
+    values = st.lists(NUMBER, min_size=K, max_size=K) if task == "multiclass" else st.floats(0, 1)
+    items = data.draw(batches(value_key, values)) * 60
+    declared = outcome(lambda: parse_predictions_declared(items, task=task, n_classes=K, now=NOW))
+    if declared[0] == "ok":
+        return
+    assert totals(lambda: parse_predictions(items, task=task, n_classes=K, now=NOW)) == totals(
+        lambda: parse_predictions_declared(items, task=task, n_classes=K, now=NOW)
+    )
+
+
+def test_the_declaration_names_only_the_rows_the_column_checks_flag(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Of 4,000 items with 1,000 bad ones, the declaration validates as many as the reply's
+    details take; the totals come from the column checks and are the declaration's."""
+    items: list[Any] = [
+        {"id": f"p{i}", "ts": "2026-11-30T11:00:00Z", "logits": [0.0, 1.0, 2.0]}
+        for i in range(4_000)
+    ]
+    for i in range(0, 4_000, 4):
+        items[i] = {**items[i], "ts": "yesterday", "cohort": {"9bad": "x"}}
+    expected = totals(
+        lambda: parse_predictions_declared(items, task="multiclass", n_classes=K, now=NOW)
+    )
+    validated: list[Any] = []
+    declared = column_checks.collect
+
+    def counted(model: Any, value: Any, *args: Any, **kwargs: Any) -> Any:
+        validated.append(value)
+        return declared(model, value, *args, **kwargs)
+
+    monkeypatch.setattr(column_checks, "collect", counted)
+    served = totals(lambda: parse_predictions(items, task="multiclass", n_classes=K, now=NOW))
+    assert served == expected
+    assert expected[1:] == (2_000, 1_000)
+    assert len(validated) == MAX_DETAILS // 2

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
-from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -20,7 +19,8 @@ from hypothesis import strategies as st
 from service.common.errors import ValidationFailed
 from service.stream import batch_columns as batches
 from service.stream.batch_bodies import MAX_ID_LENGTH
-from service.stream.batch_columns import LabelBatch, parse_labels
+from service.stream.batch_columns import parse_labels
+from service.stream.column_checks import LabelBatch, parse_labels_declared
 from tests.unit.stream.hostile_json import JSON_ANY, ODD_TEXT, STAMPS
 
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
@@ -71,17 +71,13 @@ def label_batches(draw: st.DrawFn) -> list[Any]:
 
 
 def outcome(items: list[Any], *, declared_only: bool) -> tuple[str, Any]:
-    """('ok', batch) or ('invalid', [(field, item, message)]), by the served path or with the
-    fast path switched off (every batch then goes through the declaration)."""
-    with mock.patch.object(
-        batches,
-        "_parse_labels_fast",
-        (lambda *args: None) if declared_only else batches._parse_labels_fast,
-    ):
-        try:
-            return "ok", parse_labels(items, index_of=INDEX_OF, n_classes=K, now=NOW)
-        except ValidationFailed as error:
-            return "invalid", [(d.field, d.item, d.message) for d in error.details]
+    """('ok', batch) or ('invalid', [(field, item, message)]), by the served path or by the
+    declaration item by item."""
+    parse = parse_labels_declared if declared_only else parse_labels
+    try:
+        return "ok", parse(items, index_of=INDEX_OF, n_classes=K, now=NOW)
+    except ValidationFailed as error:
+        return "invalid", [(d.field, d.item, d.message) for d in error.details]
 
 
 def same_batch(a: LabelBatch, b: LabelBatch) -> bool:
@@ -162,3 +158,30 @@ def test_clean_batches_take_the_fast_path_with_repeats_set_apart() -> None:
     assert batch.ids == ["a", "b"] and batch.items == [0, 1]
     assert [label.as_sent() for label in batch.labels] == [0, "owl"]
     assert [(ident, label.as_sent()) for ident, label in batch.repeats] == [("a", "dog")]
+
+
+def test_a_batch_of_many_bad_labels_gets_the_declared_details_and_totals() -> None:
+    """More problems than a reply lists, of every kind an item can have: the details are the
+    declaration's first, and the totals, counted from the columns, are the declaration's."""
+    clean = {"id": "a", "label": "dog", "ts": "2026-11-30T11:00:00Z"}
+    spoilers: list[Any] = [
+        {**clean, "id": ""},
+        {**clean, "label": "bird", "extra": 1, "score": 2},
+        {"label": 5},
+        7,
+        {**clean, "ts": "yesterday", "id": None},
+        clean,
+    ]
+    items = [spoilers[i % len(spoilers)] for i in range(500)]
+
+    def reply(parse: Any) -> tuple[Any, ...]:
+        try:
+            parse(items, index_of=INDEX_OF, n_classes=K, now=NOW)
+        except ValidationFailed as error:
+            details = [(d.field, d.item, d.message) for d in error.details]
+            return details, error.details_total, error.items
+        raise AssertionError("the batch is refused")
+
+    declared = reply(parse_labels_declared)
+    assert reply(parse_labels) == declared
+    assert declared[1] > 100

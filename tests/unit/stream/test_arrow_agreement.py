@@ -1,6 +1,6 @@
-"""An Arrow batch's rows are judged as the same rows sent as JSON items: every problem the
-column passes of ``arrow_rows`` name is the one the declared item-by-item path names, in the
-same order, with the same totals, and a batch they accept is the one it accepts.
+"""An Arrow batch's rows are judged as the same rows sent as JSON items: every problem named is
+the one the declared item-by-item path names, in the same order, with the same totals, and a
+batch accepted is the one it accepts.
 
 Hypothesis draws small tables with a bad value, or a null, wherever one can go: ids, times (as
 timestamps of any unit and as text), cohort key columns, logits (fixed-size and variable lists,
@@ -24,6 +24,7 @@ from service.common.errors import ValidationFailed
 from service.common.values import format_timestamp
 from service.stream.arrow_batches import labels_from_arrow, predictions_from_arrow
 from service.stream.batch_columns import parse_labels, parse_predictions
+from service.stream.column_checks import parse_labels_declared, parse_predictions_declared
 
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
 K = 3
@@ -191,3 +192,49 @@ def test_arrow_labels_are_judged_as_the_same_json_items(table: pa.Table) -> None
         lambda: parse_labels(_items(table, "label"), index_of=INDEX_OF, n_classes=K, now=NOW)
     )
     assert arrow == items
+
+
+def test_a_table_of_many_bad_rows_gets_the_declared_details_and_totals() -> None:
+    """More problems than a reply lists: the details are the declaration's first, and the
+    totals, counted from the columns, are the declaration's."""
+    n = 600
+    ids = [None if i % 3 == 0 else f"p{i}" for i in range(n)]
+    times = [None if i % 5 == 0 else GOOD_TIME for i in range(n)]
+    logits = [
+        None if i % 7 == 0 else [math.nan if i % 2 else 0.0, 1.0, 2.0 * MAX_ABS_LOGIT * (i % 4)]
+        for i in range(n)
+    ]
+    regions = [("" if i % 11 == 0 else "emea") if i % 2 else None for i in range(n)]
+    table = pa.table(
+        {
+            "id": pa.array(ids, pa.string()),
+            "ts": _timestamps(times, "ms"),
+            "logits": pa.array(logits, pa.list_(pa.float64())),
+            "region": pa.array(regions, pa.string()),
+        }
+    )
+    arrow = _outcome(lambda: predictions_from_arrow(table, task="multiclass", n_classes=K, now=NOW))
+    items = _items(table, "logits")
+    declared = _outcome(
+        lambda: parse_predictions_declared(items, task="multiclass", n_classes=K, now=NOW)
+    )
+    assert arrow == declared
+    assert declared[2] > 100
+
+
+def test_a_label_table_of_many_bad_rows_gets_the_declared_details_and_totals() -> None:
+    n = 600
+    table = pa.table(
+        {
+            "id": pa.array([None if i % 3 == 0 else f"p{i}" for i in range(n)], pa.string()),
+            "label": pa.array([i % (K + 2) if i % 4 else None for i in range(n)], pa.int64()),
+            "ts": _timestamps([None if i % 5 == 0 else GOOD_TIME for i in range(n)], "s"),
+        }
+    )
+    arrow = _outcome(lambda: labels_from_arrow(table, index_of=INDEX_OF, n_classes=K, now=NOW))
+    items = _items(table, "label")
+    declared = _outcome(
+        lambda: parse_labels_declared(items, index_of=INDEX_OF, n_classes=K, now=NOW)
+    )
+    assert arrow == declared
+    assert declared[2] > 100
