@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from service.calibration import (
@@ -43,6 +43,7 @@ from service.contracts.fitting import baseline_split
 from service.contracts.labeled_sets import LabeledSet, parse_labeled_set
 from service.contracts.model import BaselineSource, Contract
 from service.gate.ece_rule import EceRule, judge_ece
+from service.gate.live import LiveSlice, judge_live
 from service.gate.requests import GateRequest
 
 _REQUIRED_FIELDS = (
@@ -116,6 +117,7 @@ class _Evidence:
     inference: EceInference
     nll: NllComparison | None
     eval_fingerprint: str | None
+    live: tuple[LiveSlice, ...] = ()
 
     @property
     def views(self) -> list[tuple[str, EceInference]]:
@@ -259,6 +261,15 @@ def _bin_samples(e: _Evidence) -> Check:
     )
 
 
+def _live_status(e: _Evidence) -> Check | None:
+    """``max_live_status``: no exported slice of the model at that status or worse now."""
+    limit = e.policy.get("max_live_status")
+    if limit is None:
+        return None
+    verdict = judge_live(e.live, limit)
+    return Check("live_status", verdict.passed, verdict.observed, limit, verdict.message)
+
+
 #: Every check of the gate, in the order they are reported; None means "not asked for".
 CHECKS: tuple[Callable[[_Evidence], Check | None], ...] = (
     _required_fields,
@@ -270,21 +281,26 @@ CHECKS: tuple[Callable[[_Evidence], Check | None], ...] = (
     _eval_ece_ci_upper,
     _nll_improvement,
     _bin_samples,
+    _live_status,
 )
 
 
 def evaluate_gate(
-    contract: Contract, request: GateRequest, baseline_source: BaselineSource = "supplied"
+    contract: Contract,
+    request: GateRequest,
+    baseline_source: BaselineSource = "supplied",
+    live: tuple[LiveSlice, ...] = (),
 ) -> GateOutcome:
     """Run every check; the decision passes only if all of them do.
 
     ``baseline_source`` is where the contract's stored baseline came from (the caller knows,
-    from the audit chain); unknown provenance is ``supplied``.
+    from the audit chain); unknown provenance is ``supplied``. ``live`` are the model's exported
+    slices now (``live.live_slices``), judged when the policy sets ``max_live_status``.
     """
     policy = dict(request.policy)
     if policy.get("max_ece") is None:
         policy["max_ece"] = contract.policy.max_ece
-    e = _gather(contract, request, policy, baseline_source)
+    e = replace(_gather(contract, request, policy, baseline_source), live=live)
     checks = tuple(c for check in CHECKS if (c := check(e)) is not None)
     calibrated = e.calibrated.to_dict()
     evidence = {
@@ -316,6 +332,8 @@ def evaluate_gate(
         "reliability": calibrated["bins"],
         "bin_edges": list(contract.spec.bin_edges),
     }
+    if policy.get("max_live_status") is not None:
+        evidence["live"] = {"slices": [s.to_dict() for s in live]}
     decision = "pass" if all(c.passed for c in checks) else "fail"
     return GateOutcome(decision, checks, evidence, policy, tuple(e.views))
 
