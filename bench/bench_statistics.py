@@ -1028,8 +1028,9 @@ def render(
         ),
         (
             "9. The NLL check against its population truth",
-            f"{args.reps:,} contracts per cell (fewer where a fit fails), each fitted by calmon"
-            " with one family on `fit rows` rows and judged by the gate (default policy) on"
+            f"{args.nll_reps or args.reps:,} contracts per cell (fewer where a fit fails), each"
+            " fitted by calmon with one family on `fit rows` rows and judged by the gate"
+            " (default policy) on"
             f" {NLL_EVAL_ROWS:,} held-out rows. Truth: the population expected log loss of the"
             " fitted calibrator minus the uncalibrated model's, each row's expectation over its"
             f" true label distribution, averaged over {NLL_TRUTH_ROWS:,} inputs; `median truth`"
