@@ -51,14 +51,16 @@ from service.calibration import IdentityCalibrator
 from service.calibration.drift import DriftPolicy, confidence_shift
 from service.calibration.ece_inference import infer_ece_many
 from service.calibration.vocabulary import Status
-from service.common.errors import ErrorCollector, ValidationFailed
+from service.common.errors import ValidationFailed
 from service.contracts.fitting import fit_contract_spec
 from service.contracts.labeled_sets import LabeledSet
 from service.contracts.model import Contract
-from service.contracts.requests import FitRequest, parse_spec_fields
+from service.contracts.requests import FitRequest
 from service.gate.checks import evaluate_gate
 from service.gate.ece_rule import EceRule, judge_ece
 from service.gate.requests import GateRequest, parse_gate_request
+from tests.support.gate_simulation import nll_trial
+from tests.support.gate_simulation import spec_fields as _spec_fields
 from tests.support.rule_simulation import (
     WINDOWS,
     baseline_levels,
@@ -113,6 +115,8 @@ class Job:
     def cost(self) -> float:
         """A rough relative cost, so the slowest cells start first."""
         scale = {"interval": 1e-6, "status": 2e-6, "gate": 5e-3, "time": 0.02, "step": 0.01}
+        if self.table == "nll":
+            return self.reps * 1.0
         rows = next((k for k in self.key if isinstance(k, int)), 1000)
         return self.reps * scale.get(self.table, 1e-3) * (rows if self.table != "time" else 1)
 
@@ -187,28 +191,6 @@ def _status_job(job: Job) -> Arrays:
 
 
 # --- 3. the gate ------------------------------------------------------------------------------
-
-
-def _spec_fields(population: str) -> dict[str, Any]:
-    """The client-supplied contract fields of a simulated model (default policy)."""
-    p = POPULATIONS[population]
-    body: dict[str, Any] = {
-        "model": "simulated",
-        "checkpoint": "sha256:" + "ab" * 32,
-        "task": p.task,
-        "population": "simulated rows (bench/bench_statistics.py)",
-        "outcome": "simulated labels",
-        "data_window": {"start": "2026-01-01T00:00:00Z", "end": "2026-02-01T00:00:00Z"},
-        "split": {"method": "independent draws"},
-        "bin_edges": list(p.edges),
-        "policy": POLICY.to_dict(),
-    }
-    if p.task == "multiclass":
-        body["classes"] = [f"class{k}" for k in range(p.classes)]
-    errors = ErrorCollector()
-    fields = parse_spec_fields(body, errors)
-    errors.raise_if_any("the simulated contract fields are invalid")
-    return fields
 
 
 _REQUEST = parse_gate_request({"contract_id": "simulated", "policy": {"max_ece": MAX_ECE}})
@@ -308,6 +290,62 @@ def _gate_degenerate_job(job: Job) -> Arrays:
     return {k: np.array(v) for k, v in out.items()}
 
 
+# --- 9. the NLL check against its population truth ----------------------------------------
+
+#: Families per task, and the populations the NLL table fits them on.
+NLL_FAMILIES = {
+    "binary": ("temperature", "platt", "beta", "isotonic", "histogram"),
+    "multiclass": ("temperature", "vector", "matrix", "isotonic"),
+}
+NLL_POPULATIONS = ("beta25", "imbalanced", "k10", "two_class")
+#: (fitted on, judged on, fit rows): amplitudes of an over-confident shape (0: calibrated; 2:
+#: a temperature of 3 fixes it). Fitted to a calibrated model; fitted to an over-confident one
+#: and judged on it; fitted to an over-confident one and judged on the calibrated population
+#: the model now serves (a stale calibrator).
+NLL_CELLS = (
+    (0.0, 0.0, 150),
+    (0.0, 0.0, 600),
+    (0.0, 0.0, 2000),
+    (2.0, 2.0, 600),
+    (2.0, 2.0, 2000),
+    (0.5, 0.5, 2000),
+    (2.0, 0.0, 150),
+    (2.0, 0.0, 2000),
+)
+NLL_EVAL_ROWS = 3000
+NLL_TRUTH_ROWS = 100_000
+NLL_STREAM = 9
+NLL_WORSE = 0.05
+NLL_FALSE_FAIL_TARGET = 0.05
+NLL_POWER_TARGET = 0.90
+
+
+def _nll_job(job: Job) -> Arrays:
+    """Contracts fitted by calmon with one family, judged by the gate on 3,000 held-out rows;
+    each beside the population truth of its log loss (``tests/support/gate_simulation.py``)."""
+    population, family, fitted_on, judged_on, fit_n = job.key
+    names = [*NLL_POPULATIONS, *NLL_FAMILIES["binary"], *NLL_FAMILIES["multiclass"]]
+    cell = [names.index(population), names.index(family), fit_n, round(fitted_on * 10)]
+    rng = np.random.default_rng([SEED, NLL_STREAM, *cell, round(judged_on * 10)])
+    shape = POPULATIONS[population]
+    fit_s, judge_s = (
+        Scenario(shape, "overconfident", fitted_on),
+        Scenario(shape, "overconfident", judged_on),
+    )
+    delta, relative, failed = [], [], []
+    for _ in range(job.reps):
+        try:
+            trial = nll_trial(
+                population, family, fit_s, judge_s, fit_n, NLL_EVAL_ROWS, rng, NLL_TRUTH_ROWS
+            )
+        except ValidationFailed:
+            continue
+        delta.append(trial.truth.delta)
+        relative.append(trial.truth.relative)
+        failed.append(not trial.check.passed)
+    return {"delta": np.array(delta), "relative": np.array(relative), "failed": np.array(failed)}
+
+
 # --- 4. statuses over time, 5. a step change ---------------------------------------------------
 
 
@@ -394,6 +432,7 @@ def _psi_job(job: Job) -> Arrays:
 
 
 RUNNERS: dict[str, Callable[[Job], Arrays]] = {
+    "nll": _nll_job,
     "interval": _interval_job,
     "status": _status_job,
     "gate_fresh": _gate_fresh_job,
@@ -424,7 +463,9 @@ def _run(job: Job) -> tuple[Job, Arrays, float]:
     return job, RUNNERS[job.table](job), time.perf_counter() - start
 
 
-def jobs_of(reps: int, tail_reps: int, weeks: int, quick: bool) -> list[Job]:
+def jobs_of(
+    reps: int, tail_reps: int, weeks: int, quick: bool, nll_reps: int | None = None
+) -> list[Job]:
     """Every cell of every table (a small subset with ``quick``)."""
     populations = ("beta25", "k10", "imbalanced") if quick else None
     all_cells = cells(populations)
@@ -451,6 +492,15 @@ def jobs_of(reps: int, tail_reps: int, weeks: int, quick: bool) -> list[Job]:
     jobs += [
         Job("psi", ("beta25", b, w), reps) for b in (500, 3000) for w in (50, 200, 1000, 10000)
     ]
+    return jobs + nll_jobs(nll_reps if nll_reps is not None else reps, quick)
+
+
+def nll_jobs(reps: int, quick: bool) -> list[Job]:
+    """The cells of table 9 (``--quick``: beta25 and k10 only)."""
+    jobs = []
+    for population in NLL_POPULATIONS[::2] if quick else NLL_POPULATIONS:
+        for family in NLL_FAMILIES[POPULATIONS[population].task]:
+            jobs += [Job("nll", (population, family, *cell), reps) for cell in NLL_CELLS]
     return jobs
 
 
@@ -832,6 +882,50 @@ def psi_section(results: dict[tuple[str, tuple[Any, ...]], Arrays]) -> list[str]
     return _table(header, rows)
 
 
+def nll_section(results: dict[tuple[str, tuple[Any, ...]], Arrays]) -> list[str]:
+    """Table 9: the ``nll_improvement`` check's fail rate by the truth of its log loss, per
+    family (pooled over populations and cells), then per cell."""
+    by_family: dict[str, list[Arrays]] = {}
+    cells_rows = []
+    for (table, key), a in sorted(results.items()):
+        if table != "nll":
+            continue
+        population, family, fitted_on, judged_on, fit_n = key
+        by_family.setdefault(family, []).append(a)
+        rel = a["relative"]
+        cells_rows.append(
+            [
+                population,
+                family,
+                f"{fitted_on:g} -> {judged_on:g}",
+                f"{fit_n:,}",
+                str(rel.size),
+                _f(float(np.median(rel)) if rel.size else _NAN),
+                _f(_share(a["failed"])),
+            ]
+        )
+    rows, misses = [], []
+    for family, parts in sorted(by_family.items()):
+        rel = np.concatenate([p["relative"] for p in parts])
+        delta = np.concatenate([p["delta"] for p in parts])
+        failed = np.concatenate([p["failed"] for p in parts]).astype(bool)
+        no_worse, worse = delta <= 0.0, rel >= NLL_WORSE
+        between = ~no_worse & ~worse
+        row = [family]
+        for mask in (no_worse, between, worse):
+            row += [str(int(mask.sum())), _f(_share(failed[mask]))]
+        rows.append(row)
+        if no_worse.any() and _share(failed[no_worse]) > NLL_FALSE_FAIL_TARGET:
+            misses.append(f"{family} fails {_share(failed[no_worse]):.3f} when truly no worse")
+        if worse.any() and _share(failed[worse]) < NLL_POWER_TARGET:
+            misses.append(f"{family} fails only {_share(failed[worse]):.3f} when truly 5% worse")
+    header = ["family", "truly no worse", "fail", "worse by < 5%", "fail", "worse by >= 5%", "fail"]
+    lines = _table(header, rows) + _verdict(misses)
+    lines += ["", "Per cell (amplitudes of the over-confident shape, fitted on -> judged on):", ""]
+    header = ["population", "family", "amplitude", "fit rows", "contracts", "median truth"]
+    return lines + _table([*header, "fail"], cells_rows)
+
+
 INTRO = """# Simulated error rates of calmon's statistics
 
 Generated by `.venv/bin/python bench/bench_statistics.py {args}`; edit the script, not this
@@ -932,6 +1026,18 @@ def render(
             f"{args.reps:,} pairs per row from the same calibrated scenario.",
             psi_section(results),
         ),
+        (
+            "9. The NLL check against its population truth",
+            f"{args.nll_reps or args.reps:,} contracts per cell (fewer where a fit fails), each"
+            " fitted by calmon with one family on `fit rows` rows and judged by the gate"
+            " (default policy) on"
+            f" {NLL_EVAL_ROWS:,} held-out rows. Truth: the population expected log loss of the"
+            " fitted calibrator minus the uncalibrated model's, each row's expectation over its"
+            f" true label distribution, averaged over {NLL_TRUTH_ROWS:,} inputs; `median truth`"
+            " is that difference as a share of the uncalibrated log loss. Targets, per family:"
+            " fail at most 5% when truly no worse, at least 90% when truly worse by 5% or more.",
+            nll_section(results),
+        ),
     ]
     text = INTRO.format(
         args=" ".join(sys.argv[1:]) or "(defaults)",
@@ -946,7 +1052,7 @@ def render(
 
 
 #: The tables ``--only`` can rerun alone, with their section titles.
-SECTION_OF = {"gate": "3. The review gate"}
+SECTION_OF = {"gate": "3. The review gate", "nll": "9. The NLL check against its population truth"}
 
 
 def _splice(existing: str, fresh: str, title: str, commit: str) -> str:
@@ -964,6 +1070,8 @@ def _splice(existing: str, fresh: str, title: str, commit: str) -> str:
         f"This section was rerun alone (`{' '.join(sys.argv[1:])}`) at commit {commit} on"
         f" {datetime.now(UTC).date().isoformat()}; the other sections are from the run above."
     )
+    if f"\n## {title}\n" not in existing:
+        return existing.rstrip("\n") + "\n" + f"{head}\n\n{note} {rest}"
     old_start, old_end = section(existing)
     return existing[:old_start] + f"{head}\n\n{note} {rest}" + existing[old_end:]
 
@@ -977,13 +1085,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument(
+        "--nll-reps", type=int, default=None, help="contracts per cell of table 9 (--reps)"
+    )
+    parser.add_argument(
         "--only",
         choices=sorted(SECTION_OF),
         help="run one table and replace only its section of --out (the rest is kept)",
     )
     args = parser.parse_args(argv)
     commit = current_commit()
-    jobs = jobs_of(args.reps, args.tail_reps, args.weeks, args.quick)
+    jobs = jobs_of(args.reps, args.tail_reps, args.weeks, args.quick, args.nll_reps)
     if args.only:
         jobs = [j for j in jobs if j.table.split("_")[0] == args.only]
     results = run_all(jobs, args.processes)

@@ -12,7 +12,10 @@ evidence shows the ECE above it, ``shown_below`` unless the evidence shows it at
 older ``max_ece_ci_upper`` adds such a check at its own limit). A two-class multiclass model is
 judged in its positive-class view too. ``calibrator_bound`` fails a temperature that stopped on
 the range the fit searches (``calibrators.bound_warning``). The NLL check is the paired test of
-``nll_comparison`` (a bootstrap-t bound where the rows were at hand).
+``nll_comparison.judge_nll``: fail when the evidence shows the calibrated held-out log loss above
+the uncalibrated one by more than 1% of it; for a step-shaped calibrator (isotonic, histogram)
+the message names the family that would not lose (the identity on a model already within
+``max_ece``, else temperature scaling).
 The reply never gives the ECE alone: the evidence carries the reliability table with counts and
 Wilson intervals beside the ECE, its debiased value and interval, and the NLL before and after.
 """
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from service.calibration import (
@@ -30,19 +33,18 @@ from service.calibration import (
     Reading,
     bins_inference,
 )
+from service.calibration.binary_families import HistogramCalibrator, IsotonicCalibrator
 from service.calibration.calibrators import bound_warning
-from service.calibration.nll_comparison import (
-    NllComparison,
-    compare_nll,
-    fitted_parameters,
-)
+from service.calibration.multiclass_families import IsotonicOvRCalibrator
+from service.calibration.nll_comparison import NLL_MARGIN, NllComparison, judge_nll
 from service.calibration.vocabulary import Task
 from service.common.errors import ErrorCollector, ErrorDetail, ValidationFailed
 from service.common.hashing import sha256_of
 from service.contracts.fitting import baseline_split
 from service.contracts.labeled_sets import LabeledSet, parse_labeled_set
 from service.contracts.model import BaselineSource, Contract
-from service.gate.ece_rule import EceRule, judge_ece
+from service.gate.ece_rule import EceRule, fmt, judge_ece
+from service.gate.live import LiveSlice, judge_live
 from service.gate.requests import GateRequest
 
 _REQUIRED_FIELDS = (
@@ -116,6 +118,7 @@ class _Evidence:
     inference: EceInference
     nll: NllComparison | None
     eval_fingerprint: str | None
+    live: tuple[LiveSlice, ...] = ()
 
     @property
     def views(self) -> list[tuple[str, EceInference]]:
@@ -213,15 +216,48 @@ def _nll_improvement(e: _Evidence) -> Check:
         )
     c = e.nll
     observed |= {"mean_difference": c.mean_difference, "lower_bound": c.lower_bound}
-    verdict = "worse" if c.worse else "not significantly worse"
+    head = (
+        f"held-out log loss {_fmt(observed['uncalibrated'])} -> {_fmt(observed['calibrated'])} "
+        f"(per-row difference {c.mean_difference:+.5f} nats, 97.5% lower bound "
+        f"{c.lower_bound:+.5f}, margin {c.tolerance:.5f} = {NLL_MARGIN:.0%} of the uncalibrated "
+        "log loss)"
+    )
+    if c.worse:
+        message = f"{head}: the calibrator makes held-out probabilities worse{_instead(e)}"
+    else:
+        message = f"{head}: the calibrator is not shown worse by more than the margin"
     return Check(
         "nll_improvement",
         not c.worse or not e.policy["require_nll_improvement"],
         observed,
         c.tolerance,
-        f"held-out NLL {_fmt(observed['uncalibrated'])} -> {_fmt(observed['calibrated'])}: the "
-        f"calibrator is {verdict} (per-row difference {c.mean_difference:+.5f} nats, 97.5% "
-        f"lower bound {c.lower_bound:+.5f} against the fitting noise {c.tolerance:.5f})",
+        message,
+    )
+
+
+#: Calibrator families whose map is a step function of the score.
+_STEP_SHAPED = (IsotonicCalibrator, HistogramCalibrator, IsotonicOvRCalibrator)
+
+
+def _instead(e: _Evidence) -> str:
+    """For a step-shaped calibrator that loses log loss: the family that would not."""
+    calibrator = e.contract.calibrator
+    if not isinstance(calibrator, _STEP_SHAPED):
+        return ""
+    method = calibrator.to_dict()["method"]
+    before = bins_inference(e.uncalibrated.bins)
+    limit = e.policy["max_ece"]
+    if not math.isnan(before.debiased) and before.debiased <= limit:
+        return (
+            f"; the {method} map is a step function fitted to a model that is already "
+            f"calibrated (its uncalibrated debiased ECE {fmt(before.debiased)} is within max_ece "
+            f"{fmt(limit)}): the identity would not be worse"
+        )
+    fit_rows = e.contract.baseline_reading("fit", "calibrated").n
+    return (
+        f"; the {method} map is a step function: temperature scaling would not be worse (one "
+        f"smooth parameter, costing about 1 / (2 x {fit_rows} fit rows) = "
+        f"{1.0 / (2.0 * max(fit_rows, 1)):.5f} nats where the model is calibrated)"
     )
 
 
@@ -259,6 +295,15 @@ def _bin_samples(e: _Evidence) -> Check:
     )
 
 
+def _live_status(e: _Evidence) -> Check | None:
+    """``max_live_status``: no exported slice of the model at that status or worse now."""
+    limit = e.policy.get("max_live_status")
+    if limit is None:
+        return None
+    verdict = judge_live(e.live, limit)
+    return Check("live_status", verdict.passed, verdict.observed, limit, verdict.message)
+
+
 #: Every check of the gate, in the order they are reported; None means "not asked for".
 CHECKS: tuple[Callable[[_Evidence], Check | None], ...] = (
     _required_fields,
@@ -270,21 +315,26 @@ CHECKS: tuple[Callable[[_Evidence], Check | None], ...] = (
     _eval_ece_ci_upper,
     _nll_improvement,
     _bin_samples,
+    _live_status,
 )
 
 
 def evaluate_gate(
-    contract: Contract, request: GateRequest, baseline_source: BaselineSource = "supplied"
+    contract: Contract,
+    request: GateRequest,
+    baseline_source: BaselineSource = "supplied",
+    live: tuple[LiveSlice, ...] = (),
 ) -> GateOutcome:
     """Run every check; the decision passes only if all of them do.
 
     ``baseline_source`` is where the contract's stored baseline came from (the caller knows,
-    from the audit chain); unknown provenance is ``supplied``.
+    from the audit chain); unknown provenance is ``supplied``. ``live`` are the model's exported
+    slices now (``live.live_slices``), judged when the policy sets ``max_live_status``.
     """
     policy = dict(request.policy)
     if policy.get("max_ece") is None:
         policy["max_ece"] = contract.policy.max_ece
-    e = _gather(contract, request, policy, baseline_source)
+    e = replace(_gather(contract, request, policy, baseline_source), live=live)
     checks = tuple(c for check in CHECKS if (c := check(e)) is not None)
     calibrated = e.calibrated.to_dict()
     evidence = {
@@ -316,6 +366,8 @@ def evaluate_gate(
         "reliability": calibrated["bins"],
         "bin_edges": list(contract.spec.bin_edges),
     }
+    if policy.get("max_live_status") is not None:
+        evidence["live"] = {"slices": [s.to_dict() for s in live]}
     decision = "pass" if all(c.passed for c in checks) else "fail"
     return GateOutcome(decision, checks, evidence, policy, tuple(e.views))
 
@@ -328,10 +380,9 @@ def _gather(
 ) -> _Evidence:
     """The readings the checks judge: the stored eval baseline, or a fresh evaluation set."""
     spec = contract.spec
-    fit_rows = contract.baseline_reading("fit", "calibrated").n
-    parameters = fitted_parameters(contract.calibrator)
     if request.evaluation is None:
         calibrated = contract.baseline_reading("eval", "calibrated")
+        uncalibrated = contract.baseline_reading("eval", "uncalibrated")
         stored_difference = contract.baseline_nll_difference("eval")
         return _Evidence(
             contract=contract,
@@ -342,11 +393,11 @@ def _gather(
                 "fingerprint": spec.split.eval_fingerprint,
             },
             calibrated=calibrated,
-            uncalibrated=contract.baseline_reading("eval", "uncalibrated"),
+            uncalibrated=uncalibrated,
             inference=bins_inference(calibrated.bins),
             nll=None
             if stored_difference is None
-            else compare_nll(stored_difference, parameters, fit_rows),
+            else judge_nll(stored_difference, uncalibrated.nll),
             eval_fingerprint=None,
         )
     errors = ErrorCollector()
@@ -372,7 +423,7 @@ def _gather(
         inference=bins_inference(measured.calibrated.bins),
         nll=None
         if measured.nll_difference is None
-        else compare_nll(measured.nll_difference, parameters, fit_rows),
+        else judge_nll(measured.nll_difference, measured.uncalibrated.nll),
         eval_fingerprint=fingerprint,
     )
 

@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from service.calibration.vocabulary import Status
 from service.common.replies import Count, Measure, Reply, Sha256, Timestamp, documented
 from service.contracts.replies import Bin, PositiveClassView
 from service.gate.requests import GATE_POLICY
@@ -46,12 +47,32 @@ class PairOfMeasures(Reply):
 
 
 class NllDifference(Reply):
-    """The per-row NLL improvement of calibration: its mean, one-sided lower bound and the
-    tolerance the check allows."""
+    """The per-row NLL difference of calibration (calibrated minus uncalibrated, nats): its
+    mean, one-sided 97.5% lower bound and the tolerance the check allows (1% of the
+    uncalibrated held-out log loss)."""
 
     mean: Measure
     lower_bound: Measure
     tolerance: Measure
+
+
+class LiveSlice(Reply):
+    """One exported slice of the model as the gate read it: its stored drift status and the
+    reasons for it, when that reading was computed and under which contract version."""
+
+    cohort: str
+    window: str
+    status: Literal[Status.INSUFFICIENT_DATA, Status.OK, Status.WARN, Status.ALERT]
+    reasons: list[str]
+    computed_at: Timestamp
+    contract_id: str
+    contract_version: int
+
+
+class LiveEvidence(Reply):
+    """Every exported slice of the model when the gate decided (``max_live_status`` set)."""
+
+    slices: list[LiveSlice]
 
 
 class GateEvidence(Reply):
@@ -72,6 +93,9 @@ class GateEvidence(Reply):
     brier: PairOfMeasures
     reliability: list[Bin]
     bin_edges: list[float]
+    live: LiveEvidence | None = Field(
+        default=None, description="the model's exported slices now, when max_live_status is set"
+    )
 
 
 class GateDecision(Reply):

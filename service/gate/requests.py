@@ -34,6 +34,7 @@ from service.common.declared import (
 from service.common.errors import ErrorCollector
 from service.contracts.labeled_sets import LABELED_SET_SCHEMA
 from service.gate.ece_rule import EceRule
+from service.gate.live import LIVE_STATUSES
 
 #: Largest sample-count threshold a policy may set (more rows than any request can carry).
 MAX_SAMPLES = 10**9
@@ -78,6 +79,7 @@ DEFAULT_GATE_POLICY: dict[str, Any] = {
     "require_nll_improvement": True,
     "require_disjoint_eval": True,
     "require_measured_baseline": False,
+    "max_live_status": None,
 }
 SampleCount = Annotated[int, integer_in(0, MAX_SAMPLES), JSON_INTEGER]
 
@@ -123,6 +125,13 @@ class GatePolicy(BodyModel):
     require_nll_improvement: bool = DEFAULT_GATE_POLICY["require_nll_improvement"]
     require_disjoint_eval: bool = DEFAULT_GATE_POLICY["require_disjoint_eval"]
     require_measured_baseline: bool = DEFAULT_GATE_POLICY["require_measured_baseline"]
+    max_live_status: Annotated[
+        one_of([status.value for status in LIVE_STATUSES]) | None,  # type: ignore[valid-type]
+        Field(
+            description="also fail when a slice of the model (cohort and window) exported now "
+            "has this status or a worse one: warn or alert; null (the default) does not look"
+        ),
+    ] = DEFAULT_GATE_POLICY["max_live_status"]
 
     def stored(self) -> dict[str, Any]:
         """The policy with every default filled in, without ``max_ece`` when it is null."""

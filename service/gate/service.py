@@ -14,6 +14,7 @@ from service.common.clock import utcnow
 from service.contracts.service import baseline_source, find_contract
 from service.gate import store as gates_store
 from service.gate.checks import evaluate_gate
+from service.gate.live import live_slices
 from service.gate.requests import GateRequest
 from service.gate.store import GateDecision
 
@@ -36,7 +37,8 @@ def decide_gate(
             session.commit()
             return stored
     contract = find_contract(session, request.contract_id)
-    outcome = evaluate_gate(contract, request, baseline_source(session, contract))
+    live = live_slices(session, contract.model) if request.policy.get("max_live_status") else ()
+    outcome = evaluate_gate(contract, request, baseline_source(session, contract), live)
     now = utcnow()
     decision = GateDecision(
         seq=0,

@@ -580,6 +580,7 @@ policy_values = st.dictionaries(
             "require_nll_improvement",
             "require_disjoint_eval",
             "require_measured_baseline",
+            "max_live_status",
             "other",
         ]
     ),
