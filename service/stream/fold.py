@@ -45,9 +45,11 @@ BLOCK = 4_096
 #: Queued labels counted per fold transaction (whole batches: the last may take it past this).
 FOLD_CHUNK = 500_000
 
-#: A read folds its model's waiting labels first when at most this many wait (counting them
-#: is one fold transaction of that many labels, a few tens of milliseconds; docs/performance.md).
-READ_FOLD_LIMIT = 10_000
+#: A read folds its model's waiting labels first when at most this many wait: one fold
+#: transaction of late labels scattered over their buckets (each rewrites about four bucket
+#: rows) costs about as much as the read itself at this size, and about 0.6 ms more per label
+#: on a loaded 2-core machine (``bench/bench_read_fold.py``, docs/performance.md).
+READ_FOLD_LIMIT = 100
 
 
 def count_labels(session: Session, model: str, rows: LabeledRows) -> None:

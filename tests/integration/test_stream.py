@@ -695,8 +695,8 @@ def test_a_batch_spread_over_thousands_of_buckets_is_stored_and_labeled(
 ) -> None:
     """A backfill of 3,000 predictions five minutes apart touches about 10,000 buckets (three
     slices each, 5m and 1h); ingest updates them all in one request. The labels, days late and
-    each alone in its bucket, are acknowledged and wait for the fold, which the next read runs
-    first (few enough wait)."""
+    each alone in its bucket, are acknowledged and wait for the fold, too many for a read to
+    fold first: it states them, and consistent=true counts them all."""
     _multiclass_contract(client, auth, model="backfill")
     rows = _random_predictions(3000, seed=11, prefix="b")
     start = datetime.now(UTC) - timedelta(days=12)
@@ -704,7 +704,10 @@ def test_a_batch_spread_over_thousands_of_buckets_is_stored_and_labeled(
         row["ts"] = iso(start + timedelta(minutes=5 * i))
     assert _send_predictions(client, auth, "backfill", rows)["accepted"] == 3000
     assert _send_labels(client, auth, "backfill", rows)["joined"] == 3000
-    got = reading(client, auth, "backfill", "window=30d")
+    before = reading(client, auth, "backfill", "window=30d")
+    assert (before["n_labeled"], before["labels_unfolded"]) == (0, 3000)
+    assert before["last_fold_at"] is None
+    got = reading(client, auth, "backfill", "window=30d&consistent=true")
     assert (got["n_predictions"], got["n_labeled"]) == (3000, 3000)
     assert got["labels_unfolded"] == 0 and got["last_fold_at"] is not None
     lang = reading(client, auth, "backfill", "window=30d&cohort=lang:tr")
