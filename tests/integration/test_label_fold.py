@@ -447,3 +447,11 @@ def test_consistent_takes_only_true_or_false(client: FlaskClient, auth: Auth) ->
         response = client.get(f"/v1/models/{MODEL}/{path}?consistent=yes", headers=auth.headers())
         assert response.status_code == 422
         assert response.get_json()["error"]["details"][0]["field"] == "consistent"
+
+
+def test_the_openapi_document_declares_labels_unfolded_on_every_read(client: FlaskClient) -> None:
+    schemas = ok(client.get("/v1/openapi.json"))["components"]["schemas"]
+    for reply in ("Calibration", "HistoryPoint"):
+        declared = schemas[reply]["properties"]["labels_unfolded"]
+        assert declared["type"] == "integer" and "consistent=true" in declared["description"]
+        assert "labels_unfolded" in schemas[reply]["required"]
