@@ -45,10 +45,11 @@ BLOCK = 4_096
 #: Queued labels counted per fold transaction (whole batches: the last may take it past this).
 FOLD_CHUNK = 500_000
 
-#: A read folds its model's waiting labels first when at most this many wait: one fold
-#: transaction of late labels scattered over their buckets (each rewrites about four bucket
-#: rows) costs about as much as the read itself at this size, and about 0.6 ms more per label
-#: on a loaded 2-core machine (``bench/bench_read_fold.py``, docs/performance.md).
+#: A read folds its model's waiting labels first when at most this many wait. Queued labels
+#: mostly share no bucket (each rewrites about four bucket rows): on a loaded 2-core machine a
+#: 30-day reading folding 100 of them took 196-260 ms where it took 180 ms (p50) with none
+#: waiting, and one folding 10,000 took 4-6 s (``bench/bench_read_fold.py``,
+#: docs/performance.md).
 READ_FOLD_LIMIT = 100
 
 
