@@ -399,6 +399,54 @@ def test_reads_and_the_background_fold_at_once_count_every_label_once(
     assert bucket_sums(db) == rebuilt(db)
 
 
+def test_a_read_above_the_limit_answers_while_a_fold_holds_its_chunk(
+    app: Flask,
+    auth: Auth,
+    client: FlaskClient,
+    db: Database,
+    monkeypatch: pytest.MonkeyPatch,
+    backend: str,
+) -> None:
+    """With more labels waiting than a read folds, a read answers at once, stating them, while
+    the background fold holds its first chunk uncommitted: it waits for no fold."""
+    if backend != "postgresql":
+        pytest.skip("on SQLite every request's transaction waits for the writer")
+    now = datetime.now(UTC)
+    send(client, auth, predictions(now), now, requests=12)
+    monkeypatch.setattr(fold, "FOLD_CHUNK", 7)
+    monkeypatch.setattr(fold, "READ_FOLD_LIMIT", N - 1)
+    real_claim = fold_store.claim
+    claimed, release = threading.Event(), threading.Event()
+
+    def held_claim(*args: Any, **kwargs: Any) -> Any:
+        rows = real_claim(*args, **kwargs)
+        if len(rows) and not claimed.is_set():
+            claimed.set()
+            release.wait(30)
+        return rows
+
+    monkeypatch.setattr(fold_store, "claim", held_claim)
+    folded: list[int] = []
+
+    def background() -> None:
+        with db.session() as session:
+            folded.append(fold.fold_model(session, MODEL, datetime.now(UTC)))
+
+    thread = threading.Thread(target=background)
+    thread.start()
+    try:
+        assert claimed.wait(30)
+        got = window(app.test_client(), auth, now)
+        held = thread.is_alive()  # the fold still waits inside its transaction
+    finally:
+        release.set()
+        thread.join(60)
+    assert held
+    assert (got["n_labeled"], got["labels_unfolded"]) == (0, N)
+    assert folded == [N]
+    assert window(client, auth, now)["n_labeled"] == N
+
+
 def test_labels_waiting_when_their_predictions_are_pruned_count_at_the_next_fold(
     client: FlaskClient, auth: Auth, db: Database
 ) -> None:
