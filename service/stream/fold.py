@@ -12,8 +12,10 @@ rewritten once per fold chunk of about ``FOLD_CHUNK`` labels.
 Every chunk is one transaction that deletes the queued batches it counts and adds their sums to
 the buckets, so a fold cut short anywhere before its commit leaves those labels queued, and two
 folds at once count each label once (``fold_store.claim``). The refresher folds every model
-under its lease at the start of each cycle; a reader asking for ``consistent=true`` folds its
-model first.
+under its lease at the start of each cycle. A read folds its model's waiting labels first
+when at most ``READ_FOLD_LIMIT`` wait (``fold_for_read``), so a read counts every label
+acknowledged before it whenever that is bounded work; above the limit it reads at once and
+states the labels it leaves out. A reader asking for ``consistent=true`` folds them all first.
 """
 
 from __future__ import annotations
@@ -42,6 +44,13 @@ BLOCK = 4_096
 
 #: Queued labels counted per fold transaction (whole batches: the last may take it past this).
 FOLD_CHUNK = 500_000
+
+#: A read folds its model's waiting labels first when at most this many wait. Queued labels
+#: mostly share no bucket (each rewrites about four bucket rows): on a loaded 2-core machine a
+#: 30-day reading folding 100 of them took 196-260 ms where it took 180 ms (p50) with none
+#: waiting, and one folding 10,000 took 4-6 s (``bench/bench_read_fold.py``,
+#: docs/performance.md).
+READ_FOLD_LIMIT = 100
 
 
 def count_labels(session: Session, model: str, rows: LabeledRows) -> None:
@@ -106,3 +115,23 @@ def fold_model(session: Session, model: str, now: datetime, upto: datetime | Non
         if not done and not fold_store.any_queued(session, model, upto):
             session.commit()
             return total
+
+
+def fold_for_read(session: Session, model: str, now: datetime) -> int:
+    """Count the queued labels of ``model`` acknowledged at or before ``now`` in one
+    transaction, if at most ``READ_FOLD_LIMIT`` labels of the model wait; returns how many
+    this call counted (0: none waits, too many wait, or another fold counted them).
+
+    Ends the session's transaction. Labels another fold is counting at the same moment (at
+    most the limit, or the read would not fold) are waited for and left to it, so on return
+    every label acknowledged by ``now`` is in the buckets unless more than the limit waited."""
+    waiting = fold_store.fold_status(session, model).unfolded
+    if not waiting or waiting > READ_FOLD_LIMIT:
+        session.commit()
+        return 0
+    claimed = fold_store.claim(session, model, now, READ_FOLD_LIMIT, at_most=True)
+    if len(claimed):
+        count_labels(session, model, claimed)
+        fold_store.mark_folded(session, model, now)
+    session.commit()
+    return len(claimed)

@@ -6,7 +6,8 @@ costs a row per request, not per label, and the fold reads no prediction. The fo
 by deleting them (``claim``) in the transaction that adds their labels to the buckets, so each
 label is counted by exactly one committed transaction: a fold that fails before its commit
 leaves every row it claimed queued, and of two folds claiming the same row the second waits for
-the first and then finds it gone (row locks on PostgreSQL, the database lock on SQLite).
+the first and then finds it gone (row locks taken in queue order on PostgreSQL, the database
+lock on SQLite).
 """
 
 from __future__ import annotations
@@ -104,28 +105,36 @@ def enqueue(session: Session, model: str, queued: LabeledRows, now: datetime) ->
     )
 
 
-def claim(session: Session, model: str, upto: datetime, limit: int) -> LabeledRows:
-    """Delete the oldest queued batches of ``model`` acknowledged at or before ``upto``, as
-    many as hold fewer than ``limit`` labels before the last (at least one), and return their
-    labels in queue order; the caller counts them in the same transaction. A batch another
-    transaction claims at the same time is left to it (PostgreSQL waits for that transaction's
-    end and skips the row if it was deleted)."""
+def claim(
+    session: Session, model: str, upto: datetime, limit: int, *, at_most: bool = False
+) -> LabeledRows:
+    """Delete the oldest queued batches of ``model`` acknowledged at or before ``upto`` and
+    return their labels in queue order; the caller counts them in the same transaction.
+
+    The batches taken are as many as hold fewer than ``limit`` labels before the last (at
+    least one), or with ``at_most`` as many as hold at most ``limit`` labels in all (none if
+    the oldest alone holds more). The batches are first locked in queue order (PostgreSQL's
+    ``FOR UPDATE``; SQLite's writers are serialised already), so claims running at once wait
+    for each other in one order and never deadlock: a batch another transaction claims at the
+    same time is waited for and skipped once that transaction has deleted it.
+    """
     queue = _QUEUE.c
+    through = func.sum(queue.labels).over(order_by=queue.seq)
     running = (
-        select(
-            queue.seq,
-            (func.sum(queue.labels).over(order_by=queue.seq) - queue.labels).label("before"),
-        )
+        select(queue.seq, through.label("through"), (through - queue.labels).label("before"))
         .where(queue.model == model, queue.queued_at <= upto)
         .subquery()
     )
+    taken = running.c.through <= limit if at_most else running.c.before < limit
+    locked = (
+        select(queue.seq)
+        .where(queue.model == model, queue.seq.in_(select(running.c.seq).where(taken)))
+        .order_by(queue.seq)
+        .with_for_update()
+        .correlate(None)
+    )
     claimed = session.execute(
-        delete(_QUEUE)
-        .where(
-            queue.model == model,
-            queue.seq.in_(select(running.c.seq).where(running.c.before < limit)),
-        )
-        .returning(queue.seq, queue.payload)
+        delete(_QUEUE).where(queue.seq.in_(locked)).returning(queue.seq, queue.payload)
     ).all()
     return decode_batches([bytes(payload) for _, payload in sorted(claimed)])
 

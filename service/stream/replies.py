@@ -24,6 +24,14 @@ from service.contracts.replies import Bin, DriftPolicyReply, Reading, ReadingMea
 StatusText = Literal[Status.INSUFFICIENT_DATA, Status.OK, Status.WARN, Status.ALERT]
 
 
+#: What ``labels_unfolded`` counts.
+UNFOLDED = (
+    "the model's labels acknowledged as joined but not counted in this answer: a read first"
+    " counts the model's waiting labels when few wait (all of them with consistent=true) and"
+    " states here those it leaves out"
+)
+
+
 class PredictionsAccepted(Reply):
     """A prediction batch stored: new rows, ids seen before with the same content, the binding
     contract, and the waiting labels the new predictions joined or discarded."""
@@ -153,7 +161,7 @@ class Calibration(Reply):
         " c_fp / (c_fp + c_fn); null for multiclass"
     )
     notes: Annotated[list[str], Listed]
-    labels_unfolded: Count
+    labels_unfolded: Count = Field(description=UNFOLDED)
     last_fold_at: OptionalTimestamp
 
 
@@ -206,7 +214,7 @@ class HistoryPoint(Reply):
     confidence_psi: Measure
     confidence_psi_no_shift: Measure
     status: StatusText
-    labels_unfolded: Count
+    labels_unfolded: Count = Field(description=UNFOLDED)
     last_fold_at: OptionalTimestamp
 
 

@@ -126,34 +126,71 @@ def queued_after(db: Database, seconds: float) -> int:
     return left
 
 
-def test_a_label_20_days_late_counts_after_the_next_fold_and_at_once_when_asked(
+def test_the_read_after_an_acknowledged_late_label_counts_it(
     client: FlaskClient, auth: Auth, db: Database
 ) -> None:
+    """Two labels 20 days late wait for the fold once their request says ``joined: 2``; the
+    next reading and history of the model count both and leave nothing out."""
     now = datetime.now(UTC)
-    rows = predictions(now, n=1, first_day=20)
+    rows = predictions(now, n=2, first_day=20)
     send(client, auth, rows, now)
-    event = datetime.fromisoformat(rows[0]["ts"].replace("Z", "+00:00"))
-    day = f"start={iso(event - timedelta(hours=1))}&end={iso(event + timedelta(hours=1))}"
+    assert queued(db) == 2
+    first = datetime.fromisoformat(rows[0]["ts"].replace("Z", "+00:00"))
+    day = f"start={iso(first - timedelta(hours=1))}&end={iso(first + timedelta(hours=3))}"
     url = f"/v1/models/{MODEL}/calibration?{day.replace(':', '%3A')}"
-    waiting = ok(client.get(url, headers=auth.headers()))
-    assert (waiting["n_predictions"], waiting["n_labeled"]) == (1, 0)
-    assert (waiting["labels_unfolded"], waiting["last_fold_at"]) == (1, None)
+    read = ok(client.get(url, headers=auth.headers()))
+    assert (read["n_predictions"], read["n_labeled"], read["labels_unfolded"]) == (2, 2, 0)
+    assert read["last_fold_at"] is not None
+    assert queued(db) == 0
     history_url = f"/v1/models/{MODEL}/history?{day.replace(':', '%3A')}&step=1h"
     points = ok(client.get(history_url, headers=auth.headers()))["points"]
-    assert {(p["n_labeled"], p["labels_unfolded"]) for p in points} == {(0, 1)}
+    assert sum(p["n_labeled"] for p in points) == 2
+    assert {p["labels_unfolded"] for p in points} == {0}
+    assert bucket_sums(db) == rebuilt(db)
 
-    asked = ok(client.get(f"{history_url}&consistent=true", headers=auth.headers()))["points"]
-    assert sum(p["n_labeled"] for p in asked) == 1
-    assert {p["labels_unfolded"] for p in asked} == {0}
-    assert all(p["last_fold_at"] is not None for p in asked)
-    consistent = ok(client.get(f"{url}&consistent=true", headers=auth.headers()))
-    assert (consistent["n_labeled"], consistent["labels_unfolded"]) == (1, 0)
+
+@pytest.mark.parametrize("path", ["calibration", "history"])
+def test_more_labels_waiting_than_a_read_folds_are_stated_and_consistent_counts_them(
+    client: FlaskClient, auth: Auth, db: Database, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """One label more than ``READ_FOLD_LIMIT`` waits: a read leaves the queue as it is and
+    states every waiting label; ``consistent=true`` counts them all."""
+    now = datetime.now(UTC)
+    send(client, auth, predictions(now), now, requests=3)
+    monkeypatch.setattr(fold, "READ_FOLD_LIMIT", N - 1)
+    range_ = f"start={iso(now - timedelta(days=45))}&end={iso(now)}".replace(":", "%3A")
+    url = f"/v1/models/{MODEL}/{path}?{range_}" + ("&step=24h" if path == "history" else "")
+
+    def labeled(reply: dict[str, Any]) -> tuple[int, set[int]]:
+        if path == "calibration":
+            return reply["n_labeled"], {reply["labels_unfolded"]}
+        points = reply["points"]
+        return sum(p["n_labeled"] for p in points), {p["labels_unfolded"] for p in points}
+
+    assert labeled(ok(client.get(url, headers=auth.headers()))) == (0, {N})
+    assert queued(db) == N
+    assert labeled(ok(client.get(f"{url}&consistent=true", headers=auth.headers()))) == (N, {0})
+    assert queued(db) == 0
+
+
+def test_a_read_folds_up_to_its_limit_exactly(
+    client: FlaskClient, auth: Auth, db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With exactly ``READ_FOLD_LIMIT`` labels waiting a read counts them all."""
+    now = datetime.now(UTC)
+    send(client, auth, predictions(now), now, requests=4)
+    monkeypatch.setattr(fold, "READ_FOLD_LIMIT", N)
+    got = window(client, auth, now)
+    assert (got["n_labeled"], got["labels_unfolded"]) == (N, 0)
+    assert queued(db) == 0
+    assert bucket_sums(db) == rebuilt(db)
 
 
 def test_the_refresh_folds_waiting_labels_and_the_metrics_say_so(
-    client: FlaskClient, auth: Auth, db: Database
+    client: FlaskClient, auth: Auth, db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     now = datetime.now(UTC)
+    monkeypatch.setattr(fold, "READ_FOLD_LIMIT", N - 1)
     send(client, auth, predictions(now), now)
     assert queued(db) == N
     scrape = client.get("/metrics").get_data(as_text=True)
@@ -226,6 +263,7 @@ def test_recent_labels_and_labels_sharing_a_bucket_are_counted_by_their_request(
     while two labels in a bucket are enough (``COUNTED_AT``); the late pair waits when three
     are needed."""
     monkeypatch.setattr(label_join, "COUNTED_AT", counted_at)
+    monkeypatch.setattr(fold, "READ_FOLD_LIMIT", 0)
     now = datetime.now(UTC)
     recent = [
         {**r, "id": f"r{i}", "ts": iso(now - timedelta(hours=i + 1))}
@@ -309,6 +347,106 @@ def test_two_folds_at_once_count_every_label_once(
     assert folded == rebuilt(db)
 
 
+def test_reads_and_the_background_fold_at_once_count_every_label_once(
+    app: Flask, client: FlaskClient, auth: Auth, db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The background fold claims its first chunk and holds it uncommitted while three reads
+    start: each read waits for that chunk, folds what is left (or finds it taken), and answers
+    with every label counted; the buckets end as a rebuild makes them."""
+    now = datetime.now(UTC)
+    send(client, auth, predictions(now), now, requests=12)
+    monkeypatch.setattr(fold, "FOLD_CHUNK", 7)
+    real_claim = fold_store.claim
+    claimed = threading.Event()
+
+    def slow_claim(*args: Any, **kwargs: Any) -> Any:
+        rows = real_claim(*args, **kwargs)
+        if not kwargs.get("at_most") and len(rows) and not claimed.is_set():
+            claimed.set()  # the background fold's first chunk, held for a while
+            time.sleep(0.5)
+        return rows
+
+    monkeypatch.setattr(fold_store, "claim", slow_claim)
+    folded: list[int] = []
+    replies: list[dict[str, Any]] = []
+    errors: list[BaseException] = []
+
+    def background() -> None:
+        try:
+            with db.session() as session:
+                folded.append(fold.fold_model(session, MODEL, datetime.now(UTC)))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    def read() -> None:
+        try:
+            assert claimed.wait(30)
+            replies.append(window(app.test_client(), auth, now))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=background)] + [
+        threading.Thread(target=read) for _ in range(3)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    assert 0 < folded[0] <= N
+    assert [(r["n_labeled"], r["labels_unfolded"]) for r in replies] == [(N, 0)] * 3
+    assert queued(db) == 0
+    assert bucket_sums(db) == rebuilt(db)
+
+
+def test_a_read_above_the_limit_answers_while_a_fold_holds_its_chunk(
+    app: Flask,
+    auth: Auth,
+    client: FlaskClient,
+    db: Database,
+    monkeypatch: pytest.MonkeyPatch,
+    backend: str,
+) -> None:
+    """With more labels waiting than a read folds, a read answers at once, stating them, while
+    the background fold holds its first chunk uncommitted: it waits for no fold."""
+    if backend != "postgresql":
+        pytest.skip("on SQLite every request's transaction waits for the writer")
+    now = datetime.now(UTC)
+    send(client, auth, predictions(now), now, requests=12)
+    monkeypatch.setattr(fold, "FOLD_CHUNK", 7)
+    monkeypatch.setattr(fold, "READ_FOLD_LIMIT", N - 1)
+    real_claim = fold_store.claim
+    claimed, release = threading.Event(), threading.Event()
+
+    def held_claim(*args: Any, **kwargs: Any) -> Any:
+        rows = real_claim(*args, **kwargs)
+        if len(rows) and not claimed.is_set():
+            claimed.set()
+            release.wait(30)
+        return rows
+
+    monkeypatch.setattr(fold_store, "claim", held_claim)
+    folded: list[int] = []
+
+    def background() -> None:
+        with db.session() as session:
+            folded.append(fold.fold_model(session, MODEL, datetime.now(UTC)))
+
+    thread = threading.Thread(target=background)
+    thread.start()
+    try:
+        assert claimed.wait(30)
+        got = window(app.test_client(), auth, now)
+        held = thread.is_alive()  # the fold still waits inside its transaction
+    finally:
+        release.set()
+        thread.join(60)
+    assert held
+    assert (got["n_labeled"], got["labels_unfolded"]) == (0, N)
+    assert folded == [N]
+    assert window(client, auth, now)["n_labeled"] == N
+
+
 def test_labels_waiting_when_their_predictions_are_pruned_count_at_the_next_fold(
     client: FlaskClient, auth: Auth, db: Database
 ) -> None:
@@ -357,3 +495,11 @@ def test_consistent_takes_only_true_or_false(client: FlaskClient, auth: Auth) ->
         response = client.get(f"/v1/models/{MODEL}/{path}?consistent=yes", headers=auth.headers())
         assert response.status_code == 422
         assert response.get_json()["error"]["details"][0]["field"] == "consistent"
+
+
+def test_the_openapi_document_declares_labels_unfolded_on_every_read(client: FlaskClient) -> None:
+    schemas = ok(client.get("/v1/openapi.json"))["components"]["schemas"]
+    for reply in ("Calibration", "HistoryPoint"):
+        declared = schemas[reply]["properties"]["labels_unfolded"]
+        assert declared["type"] == "integer" and "consistent=true" in declared["description"]
+        assert "labels_unfolded" in schemas[reply]["required"]

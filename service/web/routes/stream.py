@@ -154,16 +154,19 @@ Consistency = choice("true", "false")
 
 
 class CalibrationQuery(WindowQuery):
-    """A window and slice; ``consistent=true`` folds the model's waiting labels first."""
+    """A window and slice; ``consistent=true`` folds all the model's waiting labels first."""
 
     consistent: Consistency = "false"  # type: ignore[valid-type]
 
 
-def _consistent(query: CalibrationQuery | HistoryQuery, model: str, now: datetime) -> None:
-    """With ``consistent=true``, fold the model's queued labels before the read (every label
-    acknowledged by ``now`` is then in the buckets); ``false`` (the default) reads at once."""
+def _fold_first(query: CalibrationQuery | HistoryQuery, model: str, now: datetime) -> None:
+    """Fold the model's queued labels before the read: with ``consistent=true`` all of them
+    (every label acknowledged by ``now`` is then in the buckets), by default only when at most
+    ``fold.READ_FOLD_LIMIT`` wait (the reply's ``labels_unfolded`` states those left out)."""
     if query.consistent == "true":
         fold.fold_model(db_session(), model, now)
+    else:
+        fold.fold_for_read(db_session(), model, now)
 
 
 @bp.get("/models/<model>/calibration")
@@ -182,7 +185,7 @@ def calibration(model: str) -> Response:
     now = utcnow()
     query = CalibrationQuery.parse(now)
     slice_, window = query.slice(), query.reading_window(now)
-    _consistent(query, model, now)
+    _fold_first(query, model, now)
     found = monitoring.calibration_reading(db_session(), model, window, slice_, now)
     return reply(Calibration, found)
 
@@ -259,7 +262,7 @@ def history(model: str) -> Response:
     now = utcnow()
     query = HistoryQuery.parse(now)
     slice_, (start, end, step) = query.slice(), query.range(now)
-    _consistent(query, model, now)
+    _fold_first(query, model, now)
     found = histories.model_history(db_session(), model, slice_, start, end, step, now)
     if query.format == "json":
         return reply(History, found)
