@@ -48,8 +48,9 @@ from scipy.stats import norm
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from service.calibration import IdentityCalibrator
-from service.calibration.drift import DriftPolicy, confidence_shift
+from service.calibration.drift import DriftPolicy
 from service.calibration.ece_inference import infer_ece_many
+from service.calibration.shift import confidence_shift
 from service.calibration.vocabulary import Status
 from service.common.errors import ErrorCollector, ValidationFailed
 from service.contracts.fitting import fit_contract_spec
