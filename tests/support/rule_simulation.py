@@ -28,7 +28,7 @@ from service.calibration.sequential import (
     PatternSums,
     block_increments,
 )
-from service.calibration.vocabulary import Task
+from service.calibration.vocabulary import Status, Task
 from tests.support.simulation import RowPool, trailing_values
 
 BLOCK_ROWS = 25
@@ -179,20 +179,48 @@ def service_stream(pool: RowPool, n: FloatArray, c: FloatArray, k: FloatArray) -
 
 
 def steady_onsets(
-    pool: RowPool, levels: StatusLevels, rng: np.random.Generator, weeks: int
+    pool: RowPool,
+    levels: StatusLevels,
+    rng: np.random.Generator,
+    weeks: int,
+    policy: DriftPolicy | None = None,
 ) -> dict[str, int]:
-    """Onsets of ``alert`` and ``warn`` detections per window over ``weeks`` weeks of a steady
-    cohort (after a week of warm-up, refreshed once per bucket):
-    ``{"alert:1h": count, ..., "warn:7d": count}``."""
+    """Onsets per window over ``weeks`` weeks of a steady cohort (after a week of warm-up,
+    refreshed once per bucket): of ``alert`` and ``warn`` detections, and with ``policy`` of
+    ``status`` (a refresh whose status is ``warn`` or ``alert`` and more severe than the
+    previous refresh's): ``{"alert:1h": count, ..., "warn:7d": count, "status:1h": ...}``."""
     warm = BLOCKS_PER_WEEK + LOOKBACK_BUCKETS + HOUR_BUCKETS
     stream = service_stream(pool, *pool.tables(rng, warm + weeks * BLOCKS_PER_WEEK, BLOCK_ROWS))
     ends = np.arange(warm, stream.T)
     out = {}
+    values: dict[tuple[str, str], FloatArray] = {}
     for kind, design in (("alert", levels.alert_design), ("warn", levels.warn_design)):
         for window, size in WINDOWS.items():
-            on = stream.values(ends, size, design) >= design.threshold
-            out[f"{kind}:{window}"] = int(on[0] + (on[1:] & ~on[:-1]).sum())
+            values[kind, window] = stream.values(ends, size, design)
+            out[f"{kind}:{window}"] = onsets(values[kind, window] >= design.threshold)
+    if policy is not None:
+        for window, size in WINDOWS.items():
+            n = stream.window_sums(ends, size)[0].sum(axis=1).astype(np.int64)
+            # The "cannot tell" rule only tells insufficient_data from ok, neither of which
+            # is an onset, so the windows' intervals are not needed.
+            status = decide_statuses(
+                n, np.zeros(n.size), values["alert", window], values["warn", window], levels, policy
+            )
+            out[f"status:{window}"] = status_onsets(status)
     return out
+
+
+def onsets(on: np.ndarray) -> int:
+    """Times a (R,) boolean series turns on (its first element counts when on)."""
+    return int(on[0] + (on[1:] & ~on[:-1]).sum()) if on.size else 0
+
+
+def status_onsets(status: np.ndarray) -> int:
+    """Refreshes whose status is ``warn`` or ``alert`` and more severe than the one before
+    (the first refresh counts when it is)."""
+    rank = np.select([status == Status.ALERT, status == Status.WARN], [2, 1], default=0)
+    rose = np.concatenate([[True], rank[1:] > rank[:-1]])
+    return int(((rank > 0) & rose).sum())
 
 
 def labels_to_alert(
