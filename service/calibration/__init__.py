@@ -20,16 +20,7 @@ from service.calibration.calibrators import (
     calibrator_from_dict,
     multiclass_probabilities,
 )
-from service.calibration.drift import (
-    ConfidenceShift,
-    Drift,
-    DriftPolicy,
-    ExpectedAccuracy,
-    assess_drift,
-    confidence_shift,
-    population_stability_index,
-    total_variation,
-)
+from service.calibration.drift import Drift, DriftPolicy, ExpectedAccuracy, assess_drift
 from service.calibration.ece_inference import EceInference, infer_ece
 from service.calibration.errors import CalibrationInputError, FitError
 from service.calibration.fitting import (
@@ -43,20 +34,21 @@ from service.calibration.fitting import (
 )
 from service.calibration.intervals import ece_interval, wilson_interval
 from service.calibration.probabilities import log_sigmoid, log_softmax, logit, sigmoid, softmax
-from service.calibration.readings import (
-    Reading,
-    ReliabilityBin,
-    binary_auc,
+from service.calibration.ranking import binary_auc, decision_threshold, histogram_auc
+from service.calibration.readings import Reading, ReliabilityBin, bins_inference, reading_from_stats
+from service.calibration.refit import RefitEstimate, refit_from_knot_sums
+from service.calibration.row_readings import (
     binary_expected_accuracy,
     binary_reading,
-    bins_inference,
-    decision_threshold,
-    histogram_auc,
     multiclass_expected_accuracy,
     multiclass_reading,
-    reading_from_stats,
 )
-from service.calibration.refit import RefitEstimate, refit_from_knot_sums
+from service.calibration.shift import (
+    ConfidenceShift,
+    confidence_shift,
+    population_stability_index,
+    total_variation,
+)
 from service.calibration.stats import binary_stats, multiclass_stats
 
 __all__ = [

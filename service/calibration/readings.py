@@ -11,46 +11,34 @@ A reading of zero rows has NaN metrics (``None`` in ``to_dict``) and no bins.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.stats import rankdata
 
 from service.calibration._checks import (
     FloatArray,
-    IntArray,
-    class_labels,
     finite_number,
-    logit_matrix,
-    non_negative_number,
-    unit_scores,
-)
-from service.calibration.calibrators import (
-    Calibrator,
-    IdentityCalibrator,
-    binary_probabilities,
-    calibrated_logits,
 )
 from service.calibration.ece_inference import EceInference, infer_ece
 from service.calibration.errors import CalibrationInputError
 from service.calibration.intervals import wilson_interval
-from service.calibration.stats import (
-    CalibrationStats,
-    binary_stats,
-    multiclass_stats,
+from service.calibration.ranking import decision_threshold, histogram_auc
+from service.calibration.reading_fields import (
+    MCE_MIN_ROWS,
+    fraction,
+    json_number,
+    mce_values,
+    number_or_nan,
+    whole_count,
+    worst_bin,
 )
+from service.calibration.stats import CalibrationStats
 from service.calibration.vocabulary import Task
 
 _NAN = float("nan")
-#: ``mce_supported`` looks only at bins holding at least this many rows: a bin of n rows has a
-#: gap whose noise alone is up to ``0.5 / sqrt(n)``, so the largest gap of a few tiny bins says
-#: little. ``mce`` itself (the standard maximum calibration error) looks at every non-empty bin.
-MCE_MIN_ROWS = 50
 
 
 @dataclass(frozen=True)
@@ -105,10 +93,10 @@ class PositiveClassView:
     def to_dict(self) -> dict[str, Any]:
         """Return ``{"ece", "ece_debiased", "ece_ci", "calibration_p_value", "bins"}``."""
         return {
-            "ece": _json(self.ece),
-            "ece_debiased": _json(self.ece_debiased),
-            "ece_ci": [_json(self.ece_ci[0]), _json(self.ece_ci[1])],
-            "calibration_p_value": _json(self.calibration_p_value),
+            "ece": json_number(self.ece),
+            "ece_debiased": json_number(self.ece_debiased),
+            "ece_ci": [json_number(self.ece_ci[0]), json_number(self.ece_ci[1])],
+            "calibration_p_value": json_number(self.calibration_p_value),
             "bins": [b.to_dict() for b in self.bins],
         }
 
@@ -128,7 +116,7 @@ class PositiveClassView:
         if not isinstance(d["bins"], list | tuple):
             raise CalibrationInputError(f"{field}.bins", "must be a list")
         bins = tuple(_bin_from_dict(b, f"{field}.bins[{i}]") for i, b in enumerate(d["bins"]))
-        return positive_view_of_bins(bins, _number_or_nan(d["ece"], f"{field}.ece"))
+        return positive_view_of_bins(bins, number_or_nan(d["ece"], f"{field}.ece"))
 
 
 @dataclass(frozen=True)
@@ -178,25 +166,25 @@ class Reading:
         """Return the JSON-able reading (NaN becomes None); keys depend on the task."""
         out: dict[str, Any] = {
             "n": self.n,
-            "ece": _json(self.ece),
-            "ece_debiased": _json(self.ece_debiased),
-            "ece_ci": [_json(self.ece_ci[0]), _json(self.ece_ci[1])],
-            "calibration_p_value": _json(self.calibration_p_value),
-            "mce": _json(self.mce),
+            "ece": json_number(self.ece),
+            "ece_debiased": json_number(self.ece_debiased),
+            "ece_ci": [json_number(self.ece_ci[0]), json_number(self.ece_ci[1])],
+            "calibration_p_value": json_number(self.calibration_p_value),
+            "mce": json_number(self.mce),
             "mce_n": self.mce_n,
-            "mce_supported": _json(self.mce_supported),
+            "mce_supported": json_number(self.mce_supported),
             "mce_supported_n": self.mce_supported_n,
             "mce_min_rows": self.mce_min_rows,
-            "nll": _json(self.nll),
-            "brier": _json(self.brier),
-            "accuracy": _json(self.accuracy),
-            "mean_confidence": _json(self.mean_confidence),
+            "nll": json_number(self.nll),
+            "brier": json_number(self.brier),
+            "accuracy": json_number(self.accuracy),
+            "mean_confidence": json_number(self.mean_confidence),
             "bins": [b.to_dict() for b in self.bins],
             "label_counts": list(self.label_counts),
         }
         extra = _MULTICLASS_KEYS if self.task == Task.MULTICLASS else _BINARY_KEYS
         for key in extra:
-            out[key] = _json(getattr(self, key))
+            out[key] = json_number(getattr(self, key))
         if self.task == Task.MULTICLASS:
             view = self.positive_class
             out["positive_class"] = None if view is None else view.to_dict()
@@ -226,7 +214,7 @@ class Reading:
         for key in REQUIRED_KEYS:
             if key not in d:
                 raise CalibrationInputError(f"{field}.{key}", "is required")
-        n = _whole(d["n"], f"{field}.n")
+        n = whole_count(d["n"], f"{field}.n")
         ci = d["ece_ci"]
         if not isinstance(ci, list | tuple) or len(ci) != 2:
             raise CalibrationInputError(f"{field}.ece_ci", "must be [lower, upper]")
@@ -237,7 +225,7 @@ class Reading:
         if not isinstance(bins, list | tuple):
             raise CalibrationInputError(f"{field}.bins", "must be a list")
         values: dict[str, Any] = {
-            key: _number_or_nan(d.get(key), f"{field}.{key}")
+            key: number_or_nan(d.get(key), f"{field}.{key}")
             for key in ("ece", "mce", "nll", "brier", "accuracy", "mean_confidence")
         }
         for key in extra:
@@ -245,7 +233,7 @@ class Reading:
             values[key] = (
                 None
                 if raw is None and key == "expected_cost"
-                else _number_or_nan(raw, f"{field}.{key}")
+                else number_or_nan(raw, f"{field}.{key}")
             )
         parsed_bins = tuple(_bin_from_dict(b, f"{field}.bins[{i}]") for i, b in enumerate(bins))
         if any(key not in d for key in ("ece_debiased", "calibration_p_value")):
@@ -256,11 +244,11 @@ class Reading:
             values["ece_debiased"] = inferred.debiased
             values["calibration_p_value"] = inferred.p_value
         else:
-            values["ece_debiased"] = _number_or_nan(d["ece_debiased"], f"{field}.ece_debiased")
-            values["calibration_p_value"] = _number_or_nan(
+            values["ece_debiased"] = number_or_nan(d["ece_debiased"], f"{field}.ece_debiased")
+            values["calibration_p_value"] = number_or_nan(
                 d["calibration_p_value"], f"{field}.calibration_p_value"
             )
-        values.update(_mce_values(d, values.pop("mce"), parsed_bins, field))
+        values.update(mce_values(d, values.pop("mce"), parsed_bins, field))
         if d.get("positive_class") is not None:
             values["positive_class"] = PositiveClassView.from_dict(
                 d["positive_class"], f"{field}.positive_class"
@@ -269,11 +257,11 @@ class Reading:
             task=task,
             n=n,
             ece_ci=(
-                _number_or_nan(ci[0], f"{field}.ece_ci"),
-                _number_or_nan(ci[1], f"{field}.ece_ci"),
+                number_or_nan(ci[0], f"{field}.ece_ci"),
+                number_or_nan(ci[1], f"{field}.ece_ci"),
             ),
             bins=parsed_bins,
-            label_counts=tuple(_whole(c, f"{field}.label_counts") for c in counts),
+            label_counts=tuple(whole_count(c, f"{field}.label_counts") for c in counts),
             **values,
         )
 
@@ -303,74 +291,6 @@ _INFERRED_KEYS = (
 _MULTICLASS_KEYS = ("classwise_ece",)
 _BINARY_KEYS = ("auc", "prevalence", "mean_score", "threshold", "expected_cost")
 _BIN_KEYS = ("lo", "hi", "n", "mean_confidence", "accuracy", "ci")
-#: Counts beyond 2^53 - 1 are neither exact in JSON clients nor in float64 arithmetic.
-_MAX_COUNT = 2**53 - 1
-
-
-def worst_bin(gaps: FloatArray, sizes: IntArray, min_rows: int = 1) -> tuple[float, int | None]:
-    """The largest gap among bins of at least ``min_rows`` rows and that bin's rows, or
-    ``(NaN, None)`` when no bin has that many; ``gaps`` and ``sizes`` are (B,) per bin."""
-    kept = np.flatnonzero(sizes >= max(min_rows, 1))
-    if not kept.size:
-        return _NAN, None
-    worst = int(kept[np.argmax(gaps[kept])])
-    return float(gaps[worst]), int(sizes[worst])
-
-
-def _mce_values(
-    d: Mapping[str, Any], mce: float, bins: tuple[ReliabilityBin, ...], field: str
-) -> dict[str, Any]:
-    """The MCE fields of a stored reading. One without ``mce_supported`` was written when
-    ``mce`` named the supported variant: its ``mce`` and ``mce_n`` are that variant's, and the
-    maximum over every non-empty bin is recomputed from its bins."""
-    mce_n = d.get("mce_n")
-    if "mce_supported" not in d:
-        gaps = np.array([abs(b.mean_confidence - b.accuracy) for b in bins], dtype=np.float64)
-        sizes = np.array([b.n for b in bins], dtype=np.int64)
-        full, full_n = worst_bin(gaps, sizes)
-        return {
-            "mce": full,
-            "mce_n": full_n,
-            "mce_supported": mce,
-            "mce_supported_n": None if mce_n is None else _whole(mce_n, f"{field}.mce_n"),
-            "mce_min_rows": MCE_MIN_ROWS,
-        }
-    supported_n = d.get("mce_supported_n")
-    min_rows = _whole(d.get("mce_min_rows", MCE_MIN_ROWS), f"{field}.mce_min_rows")
-    if min_rows < 1:
-        raise CalibrationInputError(f"{field}.mce_min_rows", "must be at least 1")
-    return {
-        "mce": mce,
-        "mce_n": None if mce_n is None else _whole(mce_n, f"{field}.mce_n"),
-        "mce_supported": _number_or_nan(d["mce_supported"], f"{field}.mce_supported"),
-        "mce_supported_n": (
-            None if supported_n is None else _whole(supported_n, f"{field}.mce_supported_n")
-        ),
-        "mce_min_rows": min_rows,
-    }
-
-
-def _json(value: float | None) -> float | None:
-    return None if value is None or math.isnan(value) else value
-
-
-def _number_or_nan(value: Any, field: str) -> float:
-    return _NAN if value is None else finite_number(value, field)
-
-
-def _whole(value: Any, field: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX_COUNT:
-        raise CalibrationInputError(field, f"must be an integer in [0, {_MAX_COUNT}]")
-    return value
-
-
-def _fraction(value: Any, field: str) -> float:
-    """A bin's mean or frequency: finite and in [0, 1] (the inference multiplies it by the
-    bin's count, which a larger value would overflow)."""
-    number = finite_number(value, field)
-    if not 0.0 <= number <= 1.0:
-        raise CalibrationInputError(field, "must lie in [0, 1]")
-    return number
 
 
 def _bin_from_dict(d: Any, field: str) -> ReliabilityBin:
@@ -388,9 +308,9 @@ def _bin_from_dict(d: Any, field: str) -> ReliabilityBin:
     return ReliabilityBin(
         lo=finite_number(d["lo"], f"{field}.lo"),
         hi=finite_number(d["hi"], f"{field}.hi"),
-        n=_whole(d["n"], f"{field}.n"),
-        mean_confidence=_fraction(d["mean_confidence"], f"{field}.mean_confidence"),
-        accuracy=_fraction(d["accuracy"], f"{field}.accuracy"),
+        n=whole_count(d["n"], f"{field}.n"),
+        mean_confidence=fraction(d["mean_confidence"], f"{field}.mean_confidence"),
+        accuracy=fraction(d["accuracy"], f"{field}.accuracy"),
         ci_lower=finite_number(ci[0], f"{field}.ci"),
         ci_upper=finite_number(ci[1], f"{field}.ci"),
     )
@@ -457,44 +377,6 @@ def positive_view_of_bins(bins: tuple[ReliabilityBin, ...], ece: float) -> Posit
     """A positive-class view from its bins (the inference recomputed from them)."""
     inferred = bins_inference(bins)
     return PositiveClassView(ece, inferred.debiased, inferred.interval, inferred.p_value, bins)
-
-
-def decision_threshold(c_fp: float, c_fn: float) -> float:
-    """Return the cost-minimising threshold ``c_fp / (c_fp + c_fn)`` for calibrated p."""
-    fp = non_negative_number(c_fp, "c_fp")
-    fn = non_negative_number(c_fn, "c_fn")
-    if fp + fn <= 0.0:
-        raise CalibrationInputError("c_fn", "c_fp + c_fn must be > 0")
-    return fp / (fp + fn)
-
-
-def binary_auc(scores: Any, labels: Any) -> float:
-    """Return the exact ROC AUC of (N,) scores against (N,) labels in {0, 1}.
-
-    Mann-Whitney form with mid-ranks, so tied scores count one half. NaN if a class is absent.
-    """
-    s = unit_scores(scores)
-    y = class_labels(labels, s.shape[0], 2)
-    positives = int(y.sum())
-    negatives = y.size - positives
-    if positives == 0 or negatives == 0:
-        return _NAN
-    rank_sum = float(rankdata(s)[y == 1].sum())
-    return (rank_sum - positives * (positives + 1) / 2.0) / (positives * negatives)
-
-
-def histogram_auc(positive_hist: Any, negative_hist: Any) -> float:
-    """Return the ROC AUC estimated from per-cell counts of positives and negatives.
-
-    Pairs in different cells are ordered by cell; pairs in the same cell count as ties.
-    """
-    pos = np.asarray(positive_hist, dtype=np.float64)
-    neg = np.asarray(negative_hist, dtype=np.float64)
-    P, Q = pos.sum(), neg.sum()
-    if P == 0 or Q == 0:
-        return _NAN
-    below = np.cumsum(neg) - neg
-    return float(np.dot(pos, below + 0.5 * neg) / (P * Q))
 
 
 def reading_from_stats(
@@ -579,72 +461,3 @@ def reading_from_stats(
         expected_cost=expected_cost,
         **common,
     )
-
-
-def multiclass_reading(
-    logits: Any,
-    labels: Any,
-    edges: Any,
-    calibrator: Calibrator = IdentityCalibrator(),  # noqa: B008 - immutable frozen dataclass
-    *,
-    classwise: bool = True,
-) -> Reading:
-    """Return the reading of (N, K) logits and (N,) labels under ``calibrator``."""
-    stats = multiclass_stats(logits, labels, edges, calibrator=calibrator, classwise=classwise)
-    return reading_from_stats(stats)
-
-
-def binary_reading(
-    scores: Any,
-    labels: Any,
-    edges: Any,
-    calibrator: Calibrator = IdentityCalibrator(),  # noqa: B008 - immutable frozen dataclass
-    c_fp: float | None = None,
-    c_fn: float | None = None,
-) -> Reading:
-    """Return the reading of (N,) scores in [0, 1] and (N,) labels in {0, 1}.
-
-    With both costs, tau = ``c_fp / (c_fp + c_fn)`` and ``expected_cost`` is set; with neither,
-    tau = 0.5. The AUC is the exact one of the calibrated probabilities.
-    """
-    if (c_fp is None) != (c_fn is None):
-        raise CalibrationInputError("c_fn" if c_fn is None else "c_fp", "give both costs or none")
-    costs = None if c_fp is None or c_fn is None else (float(c_fp), float(c_fn))
-    tau = 0.5 if costs is None else decision_threshold(*costs)
-    stats = binary_stats(scores, labels, edges, calibrator=calibrator, threshold=tau)
-    reading = reading_from_stats(stats, costs=costs)
-    p = binary_probabilities(calibrator, scores)
-    return dataclasses.replace(reading, auc=binary_auc(p, labels))
-
-
-def multiclass_expected_accuracy(
-    logits: Any,
-    calibrator: Calibrator = IdentityCalibrator(),  # noqa: B008 - immutable frozen dataclass
-) -> float:
-    """Return the mean top-label confidence of unlabeled (N, K) logits (NaN when N = 0).
-
-    For a calibrated model this is the accuracy it predicts before the labels arrive.
-    """
-    z, T = calibrated_logits(calibrator, logit_matrix(logits))
-    if z.shape[0] == 0:
-        return _NAN
-    work = z - z.max(axis=1, keepdims=True)
-    if T != 1.0:
-        work /= T
-    np.exp(work, out=work)
-    return float((1.0 / np.einsum("ij->i", work)).mean())
-
-
-def binary_expected_accuracy(
-    scores: Any,
-    calibrator: Calibrator = IdentityCalibrator(),  # noqa: B008 - immutable frozen dataclass
-    threshold: float = 0.5,
-) -> float:
-    """Return the expected accuracy at ``threshold`` of unlabeled (N,) scores (NaN when N = 0).
-
-    Each row contributes its calibrated ``p`` if predicted positive (``p >= tau``), else ``1 - p``.
-    """
-    p = binary_probabilities(calibrator, scores)
-    if p.size == 0:
-        return _NAN
-    return float(np.where(p >= threshold, p, 1.0 - p).mean())

@@ -110,12 +110,27 @@ class PatternSums:
         n = np.asarray(tables.counts, dtype=np.float64)
         c = np.asarray(tables.confidence_sums, dtype=np.float64)
         k = np.asarray(tables.successes, dtype=np.float64)
+        before = (_lookback_sums(n, n), _lookback_sums(c, n), _lookback_sums(k, n))
+        return cls.of_blocks((n, c, k), before, tables.edges, tables.confidence_view)
+
+    @classmethod
+    def of_blocks(
+        cls,
+        blocks: tuple[FloatArray, FloatArray, FloatArray],
+        before: tuple[FloatArray, FloatArray, FloatArray],
+        edges: FloatArray,
+        confidence_view: bool,
+    ) -> PatternSums:
+        """From (B, M) counts, confidence sums and successes of each block and of the rows
+        before it that set its variance bound and learned signs (any B blocks, in any order)."""
+        n, c, k = blocks
+        ln, lc, lk = before
         g = c - k
-        signs, names = _patterns(tables, g, n)
+        signs, names = _patterns(edges, confidence_view, lc - lk, B=g.shape[0])
         return cls(
             np.einsum("pbm,bm->pb", signs, g),
             n.sum(axis=1),
-            _lookback_variance(n, c, k),
+            _lookback_variance(n, c, ln, lc, lk),
             tuple(names),
         )
 
@@ -248,11 +263,13 @@ def _lookback_sums(values: FloatArray, n: FloatArray) -> FloatArray:
     return cumulative[index] - cumulative[start]
 
 
-def _lookback_variance(n: FloatArray, c: FloatArray, k: FloatArray) -> FloatArray:
-    """(B,) per-row variance bound for each block from the rows before it: per bin, the
-    success probability between the mean confidence and the success rate nearest 1/2; the
-    block's own confidences where nothing came before. Never below ``MIN_VARIANCE``."""
-    ln, lc, lk = (_lookback_sums(x, n) for x in (n, c, k))
+def _lookback_variance(
+    n: FloatArray, c: FloatArray, ln: FloatArray, lc: FloatArray, lk: FloatArray
+) -> FloatArray:
+    """(B,) per-row variance bound for each block from the rows before it (``ln``, ``lc``,
+    ``lk``): per bin, the success probability between the mean confidence and the success
+    rate nearest 1/2; the block's own confidences (``n``, ``c``) where nothing came before.
+    Never below ``MIN_VARIANCE``."""
     safe = np.where(ln > 0, ln, 1.0)
     p = np.clip(0.5, np.minimum(lc, lk) / safe, np.maximum(lc, lk) / safe)
     seen = ln.sum(axis=1)
@@ -263,15 +280,17 @@ def _lookback_variance(n: FloatArray, c: FloatArray, k: FloatArray) -> FloatArra
     return np.maximum(np.where(seen > 0, before, np.where(own_rows > 0, own, 0.25)), MIN_VARIANCE)
 
 
-def _patterns(tables: BinTables, g: FloatArray, n: FloatArray) -> tuple[FloatArray, list[str]]:
-    """(P, B, M) signs per pattern and block, and the patterns' names."""
-    B, M = g.shape
+def _patterns(
+    edges: FloatArray, confidence_view: bool, looked: FloatArray, B: int
+) -> tuple[FloatArray, list[str]]:
+    """(P, B, M) signs per pattern and block, and the patterns' names; ``looked`` holds the
+    (B, M) gap sums of the rows before each block."""
+    M = looked.shape[1]
     fixed = [(OVER_PREDICTION, np.ones(M)), (UNDER_PREDICTION, -np.ones(M))]
-    if tables.confidence_view:
-        edges = np.asarray(tables.edges, dtype=np.float64)
-        side = np.where(0.5 * (edges[:-1] + edges[1:]) >= 0.5, 1.0, -1.0)
+    if confidence_view:
+        e = np.asarray(edges, dtype=np.float64)
+        side = np.where(0.5 * (e[:-1] + e[1:]) >= 0.5, 1.0, -1.0)
         fixed += [(OVER_CONFIDENCE, side), (UNDER_CONFIDENCE, -side)]
-    looked = _lookback_sums(g, n)
     overall = np.sign(looked.sum(axis=1, keepdims=True))
     learned = np.sign(looked)
     learned = np.where(learned == 0.0, np.where(overall == 0.0, 1.0, overall), learned)

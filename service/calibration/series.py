@@ -17,17 +17,13 @@ from typing import Any
 import numpy as np
 
 from service.calibration._checks import FloatArray
-from service.calibration.drift import (
-    PSI_EPSILON,
-    DriftPolicy,
-    StatusLevels,
-    decide_statuses,
-)
+from service.calibration.drift import DriftPolicy, StatusLevels, decide_statuses
 from service.calibration.ece_inference import EceInferences, infer_ece_many
 from service.calibration.packing import StatsLayout, unpack_fields, unpack_knots_many
 from service.calibration.readings import Reading, bins_inference
 from service.calibration.refit import RefitEstimates, refit_many
 from service.calibration.sequential import BinTables, detection_paths
+from service.calibration.shift import PSI_EPSILON
 from service.calibration.vocabulary import Task
 
 
