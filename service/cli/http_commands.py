@@ -102,7 +102,7 @@ def _fit(args: argparse.Namespace) -> int:
     finally:
         client.close()
     for warning in contract.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+        print(f"warning [{warning['code']}]: {warning['message']}", file=sys.stderr)
     print(
         json.dumps(
             {
