@@ -17,10 +17,12 @@ which no term penalises). Vector scaling has no off-diagonal term.
 The strength is chosen from ``STRENGTHS`` (1e4 down to 1e-2, one per decade) by ``CV_FOLDS`` =
 5-fold cross-validation inside the fit set: folds from a permutation seeded with ``CV_SEED`` = 0
 (so a fit is deterministic), each fold's path fitted from the strongest penalty to the weakest,
-each fit starting from the previous one. The strength with the lowest out-of-fold mean NLL is
-chosen (an exact tie goes to the stronger), and the map is refitted on every row at it. The
-path stops once ``PATIENCE`` = 2 weaker strengths in a row have not improved on the best (the
-weakest penalties, where a small fit set is separated, cost the most to fit). A fit set of
+each fit starting from the previous one. The chosen strength is the strongest whose
+out-of-fold mean NLL is within one standard error of the lowest one (the one-standard-error
+rule, on the paired per-row differences from the lowest: the simplest map the data cannot tell
+from the best), and the map is refitted on every row at it. The path stops once ``PATIENCE`` = 2
+weaker strengths in a row have not improved on the lowest (the weakest penalties, where a small
+fit set is separated, cost the most to fit). A fit set of
 fewer than ``2 * CV_FOLDS`` rows takes the strongest penalty. The cross-validation fits stop at a
 Newton decrement of ``CV_DECREMENT_TOL`` = 1e-9 relative (their out-of-fold NLL is then within
 about 1e-9 of the optimum's); the final fit runs to the tolerances below.
@@ -245,18 +247,33 @@ def fit_odir(features: FloatArray, y: IntArray, full: bool) -> OdirFit:
         train, held = fold != f, fold == f
         problem = _Problem(features[train], y[train], full)
         paths.append((problem, problem.identity(), _Problem(features[held], y[held], full)))
-    losses: dict[float, float] = {}
+    rows: dict[float, FloatArray] = {}  # each strength's per-row out-of-fold NLL
     best = STRENGTHS[0]
     for strength in STRENGTHS:
-        total = 0.0
+        row_nll = np.empty(n)
         for f, (problem, theta, heldout) in enumerate(paths):
             theta = problem.minimise(strength, theta, CV_DECREMENT_TOL)
             paths[f] = (problem, theta, heldout)
-            total += nll_and_residual(heldout.scores(theta), heldout.y)[0] * heldout.N
-        losses[strength] = total / n
-        if losses[strength] < losses[best]:  # the first minimum: the stronger of exact ties
+            row_nll[fold == f] = _row_nll(heldout.scores(theta), heldout.y)
+        rows[strength] = row_nll
+        if row_nll.mean() < rows[best].mean():
             best = strength
-        if len(losses) - list(losses).index(best) > PATIENCE:
+        if len(rows) - list(rows).index(best) > PATIENCE:
             break
-    chosen = fit_at(features, y, full, best)
-    return OdirFit(chosen.weights, chosen.bias, best, losses)
+    chosen_strength = next(s for s in rows if _within_one_se(rows[s], rows[best]))
+    chosen = fit_at(features, y, full, chosen_strength)
+    losses = {s: float(v.mean()) for s, v in rows.items()}
+    return OdirFit(chosen.weights, chosen.bias, chosen_strength, losses)
+
+
+def _row_nll(scores: FloatArray, y: IntArray) -> FloatArray:
+    """The (N,) NLL of each row of ``softmax(scores)``."""
+    shifted = scores - scores.max(axis=1, keepdims=True)
+    return np.log(np.exp(shifted).sum(axis=1)) - shifted[np.arange(y.size), y]
+
+
+def _within_one_se(candidate: FloatArray, best: FloatArray) -> bool:
+    """Whether the mean of the per-row differences ``candidate - best`` is at most one
+    standard error (``sd / sqrt(n)``) above 0."""
+    d = candidate - best
+    return float(d.mean()) <= float(d.std(ddof=1)) / np.sqrt(d.size)

@@ -55,8 +55,8 @@ def test_scaling_fitted_on_600_rows_of_k10_is_no_worse_than_the_uncalibrated_mod
 
 def test_a_miscalibrated_model_is_still_calibrated_at_a_weaker_penalty():
     rng = np.random.default_rng(7)
-    shift = np.linspace(-1.0, 1.0, K)  # a class-wise bias and overconfidence
-    fit_logits, fit_labels = _calibrated_model(rng, 3000)
+    shift = np.linspace(-2.0, 2.0, K)  # a class-wise bias and overconfidence
+    fit_logits, fit_labels = _calibrated_model(rng, 1500)
     eval_logits, eval_labels = _calibrated_model(rng, 3000)
     before = _row_nll(2.0 * eval_logits + shift, eval_labels).mean()
     for family, full in ((VectorCalibrator, False), (MatrixCalibrator, True)):
@@ -65,7 +65,8 @@ def test_a_miscalibrated_model_is_still_calibrated_at_a_weaker_penalty():
         calibrator = family.fit(2.0 * fit_logits + shift, fit_labels)
         after = _row_nll(calibrator.logits(2.0 * eval_logits + shift), eval_labels).mean()
         truth = _row_nll(eval_logits, eval_labels).mean()
-        assert after < before - 0.05 and after < truth + 0.01
+        # Most of the NLL the miscalibration costs is recovered.
+        assert after - truth < 0.2 * (before - truth), (family, after, truth, before)
 
 
 def test_fits_are_deterministic_and_record_each_strengths_out_of_fold_nll():
@@ -75,7 +76,10 @@ def test_fits_are_deterministic_and_record_each_strengths_out_of_fold_nll():
     first, second = fit_odir(features, labels, True), fit_odir(features, labels, True)
     assert np.array_equal(first.weights, second.weights)
     assert np.array_equal(first.bias, second.bias)
-    assert first.strength == min(first.out_of_fold_nll, key=lambda s: first.out_of_fold_nll[s])
+    losses = first.out_of_fold_nll
+    lowest = min(losses, key=lambda s: losses[s])
+    # The one-standard-error rule: no weaker than the lowest, at no lower out-of-fold NLL.
+    assert first.strength >= lowest and losses[first.strength] >= losses[lowest]
     assert list(first.out_of_fold_nll) == list(STRENGTHS[: len(first.out_of_fold_nll)])
 
 
