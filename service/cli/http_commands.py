@@ -121,7 +121,7 @@ def _fit(args: argparse.Namespace) -> int:
     with Calmon(args.url, _token(args), timeout=FIT_SECONDS) as client:
         contract = client.register(body) if args.local else client.fit(body)
     for warning in contract.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+        print(f"warning [{warning['code']}]: {warning['message']}", file=sys.stderr)
     print(
         json.dumps(
             {

@@ -33,7 +33,8 @@ class Contract:
     task: str
     classes: list[str]
     content_sha256: str
-    warnings: list[str]
+    #: Fit warnings: objects with ``code`` and ``message``.
+    warnings: list[dict[str, str]]
     raw: dict[str, Any]
 
     @classmethod

@@ -16,6 +16,7 @@ from pydantic import MISSING, BeforeValidator, Field, create_model, model_valida
 from service.audit.replies import Problem
 from service.calibration.calibrators import Calibrator
 from service.calibration.drift import DriftPolicy
+from service.calibration.fit_warnings import FitWarningCode
 from service.calibration.readings import Reading as CalibrationReading
 from service.calibration.vocabulary import Task
 from service.common.declared import collect
@@ -175,6 +176,13 @@ class BaselineReply(Reply):
         return dict(data.document) if isinstance(data, Baseline) else data
 
 
+class FitWarningReply(Reply):
+    """One fit warning (``calibration.fit_warnings``): its code and a message with its numbers."""
+
+    code: FitWarningCode
+    message: str
+
+
 class Contract(Reply):
     """A stored contract: the registered fields, the server-assigned ones, and its hash.
 
@@ -208,10 +216,12 @@ class Contract(Reply):
     content_sha256: Sha256
     retired: bool
     retirement: RetirementRecord | None
-    warnings: list[str] | MISSING = Field(
+    warnings: list[FitWarningReply] | MISSING = Field(
         default=MISSING,
         description="in the replies of register and fit: what the reviewer should know of the"
-        " stored calibrator (a parameter on the bound of the fit's search range)",
+        " stored calibrator and its baseline (eval NLL worse than uncalibrated beyond its noise,"
+        " a parameter on a bound, overfit, a set smaller than the gate's default"
+        " min_eval_samples)",
     )
 
 

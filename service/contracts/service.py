@@ -23,6 +23,7 @@ from service.audit.events import (
 from service.audit.records import contract_problems
 from service.audit.request_keys import RequestKey
 from service.calibration.calibrators import bound_warning
+from service.calibration.fit_warnings import FitEvidence, FitWarning, fit_warnings
 from service.common.clock import utcnow
 from service.common.errors import Conflict, NotFound
 from service.contracts import store as contracts_store
@@ -118,11 +119,26 @@ def _prior_contract(session: Session, request_key: RequestKey | None) -> Contrac
     return contract
 
 
-def contract_warnings(contract: Contract) -> list[str]:
-    """What a registrant should know before relying on the contract (empty when nothing): a
-    calibrator stopped on the range the fit searches fails the gate's ``calibrator_bound``."""
-    warning = bound_warning(contract.calibrator)
-    return [] if warning is None else [f"{warning} (the gate's calibrator_bound check fails it)"]
+def contract_warnings(contract: Contract, min_rows: int) -> list[FitWarning]:
+    """What a registrant should know before relying on the contract (empty when nothing): the
+    fit warnings of its calibrator and baseline (``calibration.fit_warnings``; ``min_rows`` the
+    gate's default ``min_eval_samples``); a temperature stopped on the range the fit searches
+    also fails the gate's ``calibrator_bound``."""
+    baseline = contract.spec.baseline
+    fit, held = baseline.reading("fit"), baseline.reading("eval")
+    evidence = FitEvidence(
+        fit_rows=fit.n,
+        eval_rows=held.n,
+        fit_nll=(baseline.reading("fit", "uncalibrated").nll, fit.nll),
+        eval_nll=(baseline.reading("eval", "uncalibrated").nll, held.nll),
+        eval_difference=contract.baseline_nll_difference("eval"),
+    )
+    warnings = fit_warnings(contract.calibrator, evidence, min_rows)
+    gate_bound = bound_warning(contract.calibrator)
+    suffix = " (the gate's calibrator_bound check fails it)"
+    return [
+        FitWarning(w.code, w.message + suffix) if w.message == gate_bound else w for w in warnings
+    ]
 
 
 def baseline_source(session: Session, contract: Contract) -> BaselineSource:

@@ -15,7 +15,7 @@ from service.common.clock import utcnow
 from service.common.declared import Declared
 from service.contracts import service as contracts_service
 from service.contracts.model import Contract as StoredContract
-from service.contracts.replies import Contract, ContractList, Verification
+from service.contracts.replies import Contract, ContractList, FitWarningReply, Verification
 from service.contracts.requests import (
     FIT,
     REGISTRATION,
@@ -24,6 +24,7 @@ from service.contracts.requests import (
     parse_registration,
     parse_retirement,
 )
+from service.gate.requests import DEFAULT_GATE_POLICY
 from service.web.auth import current_principal, requires
 from service.web.bodies import json_body
 from service.web.db_session import db_session
@@ -111,8 +112,12 @@ def _created(store: Callable[..., StoredContract], request: object, operation_id
         actor=current_principal().name,
         request_key=request_key(operation_id),
     )
-    warnings = contracts_service.contract_warnings(contract)
-    created = Contract.model_validate(contract).model_copy(update={"warnings": warnings})
+    warnings = contracts_service.contract_warnings(
+        contract, DEFAULT_GATE_POLICY["min_eval_samples"]
+    )
+    created = Contract.model_validate(contract).model_copy(
+        update={"warnings": [FitWarningReply(code=w.code, message=w.message) for w in warnings]}
+    )
     return reply(Contract, created, 201)
 
 

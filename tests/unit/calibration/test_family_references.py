@@ -18,14 +18,11 @@ from sklearn.naive_bayes import GaussianNB
 
 from service.calibration.binary_families import BetaCalibrator, IsotonicCalibrator
 from service.calibration.multiclass_families import (
-    MAX_BIAS,
-    MAX_SCALE,
-    ODIR_L2,
     IsotonicOvRCalibrator,
     MatrixCalibrator,
     VectorCalibrator,
-    odir_objective,
 )
+from service.calibration.odir import MAX_BIAS, MAX_SCALE, STRENGTHS, fit_odir, objective
 from service.calibration.probabilities import log_softmax
 
 
@@ -134,30 +131,35 @@ def _multiclass_sets():
 MULTICLASS = list(_multiclass_sets())
 
 
-def _reference_objective(theta, features, y, full):
+def _reference_objective(theta, features, y, full, strength):
     """The regularised objective and its gradient written independently: mean NLL by
-    logsumexp plus the off-diagonal and intercept penalties."""
+    logsumexp plus the off-diagonal, intercept and diagonal-spread penalties."""
     N, K = features.shape
     onehot = np.eye(K)[y]
     if full:
         W, b = theta[: K * K].reshape(K, K), theta[K * K :]
         scores = features @ W.T + b
         off_mask = 1.0 - np.eye(K)
-        penalty = ODIR_L2 * ((W * off_mask) ** 2).sum() / (K * (K - 1))
+        penalty = strength * ((W * off_mask) ** 2).sum() / (K * (K - 1))
+        diag = np.diag(W)
     else:
         a, b = theta[:K], theta[K:]
         scores = features * a + b
         penalty = 0.0
+        diag = a
+    centred = diag - diag.mean()
+    penalty += strength * ((b**2).sum() + (centred**2).sum()) / K
     lse = logsumexp(scores, axis=1)
     nll = np.mean(lse - scores[np.arange(N), y])
     delta = (np.exp(scores - lse[:, None]) - onehot) / N
-    grad_b = delta.sum(axis=0) + 2 * ODIR_L2 * b / K
+    grad_b = delta.sum(axis=0) + 2 * strength * b / K
+    grad_diag = 2 * strength * centred / K
     if full:
-        grad_w = delta.T @ features + 2 * ODIR_L2 * W * off_mask / (K * (K - 1))
+        grad_w = delta.T @ features + 2 * strength * W * off_mask / (K * (K - 1))
+        grad_w[np.arange(K), np.arange(K)] += grad_diag
     else:
-        grad_w = (delta * features).sum(axis=0)
-    value = nll + penalty + ODIR_L2 * (b**2).sum() / K
-    return value, np.r_[grad_w.ravel(), grad_b]
+        grad_w = (delta * features).sum(axis=0) + grad_diag
+    return nll + penalty, np.r_[grad_w.ravel(), grad_b]
 
 
 @pytest.mark.parametrize(
@@ -169,16 +171,19 @@ def test_vector_and_matrix_reach_the_reference_optimum(name, logits, labels, ful
     K = features.shape[1]
     fitted = (MatrixCalibrator if full else VectorCalibrator).fit(logits, labels)
     weights, bias = (np.asarray(v, dtype=float) for v in fitted._arrays)
-    ours = odir_objective(weights, bias, features, labels)
+    strength = fit_odir(features, labels, full).strength
+    assert strength in STRENGTHS
+    ours = objective(weights, bias, features, labels, strength)
     theta = np.r_[weights.ravel(), bias]
-    assert ours == pytest.approx(_reference_objective(theta, features, labels, full)[0], abs=1e-12)
+    reference = _reference_objective(theta, features, labels, full, strength)[0]
+    assert ours == pytest.approx(reference, abs=1e-12)
     size = K * K if full else K
     assert np.abs(weights).max() < MAX_SCALE and np.abs(bias).max() < MAX_BIAS  # interior
     start = np.zeros(size + K)  # a different start from the fit's
     ref = minimize(
         _reference_objective,
         start,
-        args=(features, labels, full),
+        args=(features, labels, full, strength),
         jac=True,
         method="BFGS",
         options={"gtol": 1e-9, "maxiter": 20000},
@@ -191,7 +196,10 @@ def test_fitted_vector_and_matrix_maps_beat_the_identity_on_their_fit_set():
     _, logits, labels = MULTICLASS[2]
     features = log_softmax(logits)
     K = features.shape[1]
-    identity = odir_objective(np.ones(K), np.zeros(K), features, labels)
-    for cls in (VectorCalibrator, MatrixCalibrator):
+    for cls, full in ((VectorCalibrator, False), (MatrixCalibrator, True)):
+        strength = fit_odir(features, labels, full).strength
+        identity = objective(
+            np.ones(K) if not full else np.eye(K), np.zeros(K), features, labels, strength
+        )
         w, b = cls.fit(logits, labels)._arrays
-        assert odir_objective(np.asarray(w), np.asarray(b), features, labels) < identity - 0.01
+        assert objective(np.asarray(w), np.asarray(b), features, labels, strength) < identity - 0.01
