@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from service.calibration.vocabulary import Task
 from service.cli.usage import UsageError, read_json
 from service.config import load_settings
 
@@ -20,6 +19,13 @@ if TYPE_CHECKING:
 #: Seconds ``calmon fit`` waits for the service's reply: it fits and measures both sets first.
 FIT_SECONDS = 120.0
 METHODS = ("temperature", "platt", "beta", "isotonic", "histogram", "vector", "matrix", "auto")
+
+
+def _url(args: argparse.Namespace) -> str:
+    url = args.url or load_settings().url
+    if not url:
+        raise UsageError("give --url or set CALMON_URL")
+    return str(url)
 
 
 def _token(args: argparse.Namespace) -> str:
@@ -34,7 +40,7 @@ def _gate(args: argparse.Namespace) -> int:
     from service.client.reports import error_text, gate_report
 
     policy = read_json(args.policy, "policy file") if args.policy else None
-    client = Calmon(args.url, _token(args))
+    client = Calmon(_url(args), _token(args))
     try:
         decision = client.gate(args.contract, policy)
     except RequestFailed as failed:
@@ -50,6 +56,7 @@ def _fit(args: argparse.Namespace) -> int:
     """Read the sets here, then have the service fit and measure them (``/v1/contracts/fit``),
     so the gate sees a baseline calmon measured; ``--local`` fits here and registers the result
     (``/v1/contracts``): a supplied baseline."""
+    from service.calibration.vocabulary import Task
     from service.client import Calmon, RequestFailed
     from service.client.reports import error_text
     from service.common.errors import ErrorCollector
@@ -87,7 +94,7 @@ def _fit(args: argparse.Namespace) -> int:
             },
         }
         print("sending the sets to the service to fit and measure", file=sys.stderr)
-    client = Calmon(args.url, _token(args), timeout=FIT_SECONDS)
+    client = Calmon(_url(args), _token(args), timeout=FIT_SECONDS)
     try:
         contract = client.register(body) if args.local else client.fit(body)
     except RequestFailed as failed:
@@ -133,7 +140,7 @@ def _ingest(args: argparse.Namespace) -> int:
     from service.client import Calmon
     from service.client.backfill import UnreadableFile, describe, ingest_file
 
-    client = Calmon(args.url, _token(args), model=args.model, batch_size=args.batch)
+    client = Calmon(_url(args), _token(args), model=args.model, batch_size=args.batch)
     try:
         report = ingest_file(client, args.kind, Path(args.file), wait=args.wait)
     except UnreadableFile as exc:
@@ -157,7 +164,7 @@ def _demo(args: argparse.Namespace) -> int:
     from service.demo import DemoOptions, run_demo
 
     options = DemoOptions(
-        args.url, _token(args), args.model, args.hours, args.rate, args.seed, args.wait
+        _url(args), _token(args), args.model, args.hours, args.rate, args.seed, args.wait
     )
     return run_demo(options)
 
@@ -165,7 +172,9 @@ def _demo(args: argparse.Namespace) -> int:
 def _service_options() -> argparse.ArgumentParser:
     """The parent parser of every HTTP command: where the service is, and the bearer token."""
     options = argparse.ArgumentParser(add_help=False)
-    options.add_argument("--url", required=True, help="the calmon service, e.g. http://host:8000")
+    options.add_argument(
+        "--url", help="the calmon service, e.g. http://host:8000 (default: $CALMON_URL)"
+    )
     options.add_argument(
         "--token",
         help="a token of the role the command names (default: $CALMON_TOKEN)",
