@@ -142,13 +142,23 @@ def _ingest(args: argparse.Namespace) -> int:
 
     client = Calmon(_url(args), _token(args), model=args.model, batch_size=args.batch)
     try:
-        report = ingest_file(client, args.kind, Path(args.file), wait=args.wait)
+        report = ingest_file(
+            client, args.kind, Path(args.file), wait=args.wait, assume_utc=args.assume_utc
+        )
     except UnreadableFile as exc:
         client.close(timeout=0)
         raise UsageError(str(exc)) from None
     print(describe(report, args.kind))
     if report.rejected:
-        print(f"calmon ingest: the service rejected rows: {report.last_error}", file=sys.stderr)
+        if report.last_rejection is None:
+            print(f"calmon ingest: rows were refused: {report.last_error}", file=sys.stderr)
+        else:
+            print(
+                f"calmon ingest: the service rejected {report.rejected:,} rows; its reply to "
+                "the last rejected batch:",
+                file=sys.stderr,
+            )
+            print(json.dumps(report.last_rejection, indent=2), file=sys.stderr)
         return 1
     if report.dropped or report.sent < report.read:
         print(
@@ -240,6 +250,11 @@ def register(commands: Commands) -> None:
         type=float,
         default=600.0,
         help="seconds to keep retrying at the end while the service is unreachable (default 600)",
+    )
+    ingest.add_argument(
+        "--assume-utc",
+        action="store_true",
+        help="read times without a zone (naive timestamps, text without an offset) as UTC",
     )
     ingest.set_defaults(handler=_ingest)
 

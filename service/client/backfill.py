@@ -79,14 +79,32 @@ def record_batches(path: Path) -> tuple[Iterator[pa.RecordBatch], int | None]:
     raise UnreadableFile(f"{path}: expected a .csv, .parquet or .arrow file")
 
 
-def _times(batch: pa.RecordBatch) -> np.ndarray:
+#: A time text that ends in a zone: ``Z`` or an offset.
+_ZONED = r"([Zz]|[+-]\d\d(:?\d\d)?)$"
+
+
+def _times(batch: pa.RecordBatch, assume_utc: bool = False) -> np.ndarray:
+    """The ``ts`` column as ``datetime64[us]`` (UTC). Times without a zone (naive timestamps,
+    text without an offset) are refused, or with ``assume_utc`` read as UTC."""
     column = batch.column("ts")
     try:
         if pa.types.is_timestamp(column.type) and column.type.tz is None:
-            raise UnreadableFile("ts: timestamps without a time zone")
-        return column.cast(TIMESTAMP).cast(pa.int64()).to_numpy().astype("datetime64[us]")
+            if not assume_utc:
+                raise UnreadableFile(
+                    "ts: timestamps without a time zone (--assume-utc reads them as UTC)"
+                )
+            column = column.cast(pa.timestamp("us"))
+        elif assume_utc and (
+            pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
+        ):
+            zoned = pc.match_substring_regex(column, _ZONED)
+            column = pc.if_else(zoned, column, pc.binary_join_element_wise(column, "Z", ""))
+        if not pa.types.is_timestamp(column.type) or column.type.tz is not None:
+            column = column.cast(TIMESTAMP)
+        return column.cast(pa.int64()).to_numpy().astype("datetime64[us]")
     except pa.ArrowException as exc:
-        raise UnreadableFile(f"ts: {exc}") from None
+        hint = "" if assume_utc else " (--assume-utc reads times without a zone as UTC)"
+        raise UnreadableFile(f"ts: {exc}{hint}") from None
 
 
 def _inputs(batch: pa.RecordBatch, first_row: int) -> np.ndarray:
@@ -147,15 +165,21 @@ def _required(batch: pa.RecordBatch, names: tuple[str, ...]) -> None:
         raise UnreadableFile(f"missing column(s): {', '.join(missing)}")
 
 
-def log_batch(client: Calmon, kind: str, batch: pa.RecordBatch, first_row: int = 1) -> int:
+def log_batch(
+    client: Calmon,
+    kind: str,
+    batch: pa.RecordBatch,
+    first_row: int = 1,
+    assume_utc: bool = False,
+) -> int:
     """Queue one record batch of ``kind`` (``predictions`` or ``labels``) whose first row is
-    the file's row ``first_row``; rows queued."""
+    the file's row ``first_row``; rows queued. ``assume_utc``: times without a zone are UTC."""
     if batch.num_rows == 0:
         return 0
     if kind == "labels":
         _required(batch, ("id", "label", "ts"))
         labels = batch.column("label").to_pylist()
-        return client.log_labels(batch.column("id").to_pylist(), labels, _times(batch))
+        return client.log_labels(batch.column("id").to_pylist(), labels, _times(batch, assume_utc))
     _required(batch, ("id", "ts"))
     cohort = {
         name: _cohort_column(batch.column(name))
@@ -163,7 +187,10 @@ def log_batch(client: Calmon, kind: str, batch: pa.RecordBatch, first_row: int =
         if name not in ("id", "ts", "logits", "score")
     }
     return client.log_predictions(
-        batch.column("id").to_pylist(), _inputs(batch, first_row), _times(batch), cohort or None
+        batch.column("id").to_pylist(),
+        _inputs(batch, first_row),
+        _times(batch, assume_utc),
+        cohort or None,
     )
 
 
@@ -176,6 +203,8 @@ class IngestReport:
     rejected: int
     dropped: int
     last_error: str | None
+    #: The status and JSON reply of the last batch the service refused, or None.
+    last_rejection: dict[str, Any] | None = None
 
 
 def ingest_file(
@@ -185,18 +214,19 @@ def ingest_file(
     err: TextIO | None = None,
     wait: float = 600.0,
     progress_seconds: float | None = None,
+    assume_utc: bool = False,
 ) -> IngestReport:
     """Send every row of ``path`` through ``client`` (its model), showing progress on ``err``
     (default: standard error) every ``progress_seconds`` (default: ``TTY_PROGRESS_SECONDS`` on
     a terminal, else ``PROGRESS_SECONDS``) while it reads and sends; wait at most ``wait``
-    seconds at the end for delivery."""
+    seconds at the end for delivery. ``assume_utc``: times without a zone are read as UTC."""
     batches, total = record_batches(path)
     with _Progress(
         err or sys.stderr, total, lambda: client.stats.sent, progress_seconds
     ) as progress:
         try:
             for batch in batches:
-                progress.read += log_batch(client, kind, batch, progress.read + 1)
+                progress.read += log_batch(client, kind, batch, progress.read + 1, assume_utc)
         except pa.ArrowException as exc:
             read = progress.read
             raise UnreadableFile(f"cannot read {path} after {read:,} rows: {exc}") from None
@@ -214,6 +244,7 @@ def ingest_file(
         stats.rejected,
         stats.dropped,
         stats.last_error,
+        stats.last_rejection,
     )
 
 
