@@ -5,10 +5,13 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from service.cli.usage import UsageError, read_json
 from service.config import load_settings
@@ -57,10 +60,10 @@ def _fit(args: argparse.Namespace) -> int:
     so the gate sees a baseline calmon measured; ``--local`` fits here and registers the result
     (``/v1/contracts``): a supplied baseline."""
     from service.calibration.vocabulary import Task
+    from service.cli.datafiles import read_labeled_set
     from service.client import Calmon, RequestFailed
     from service.client.reports import error_text
     from service.common.errors import ErrorCollector
-    from service.contracts.datafiles import read_labeled_set
     from service.contracts.model import method_problem
     from service.contracts.requests import parse_spec_fields
 
@@ -94,9 +97,12 @@ def _fit(args: argparse.Namespace) -> int:
             },
         }
         print("sending the sets to the service to fit and measure", file=sys.stderr)
+    key = fit_key(spec, args.method, args.local, sets)
     client = Calmon(_url(args), _token(args), timeout=FIT_SECONDS)
     try:
-        contract = client.register(body) if args.local else client.fit(body)
+        newest = client.contracts(fields["model"], limit=1)
+        register = client.register if args.local else client.fit
+        contract = register(body, idempotency_key=key)
     except RequestFailed as failed:
         print(error_text(failed.reply), file=sys.stderr)
         if failed.status == 413:
@@ -108,6 +114,13 @@ def _fit(args: argparse.Namespace) -> int:
         return 2
     finally:
         client.close()
+    stored_before = bool(newest) and contract.version <= newest[0].version
+    if stored_before:
+        print(
+            f"the same spec, method and sets were registered before: contract version "
+            f"{contract.version} of {contract.model}, returned as stored (no new version)",
+            file=sys.stderr,
+        )
     for warning in contract.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     print(
@@ -118,11 +131,27 @@ def _fit(args: argparse.Namespace) -> int:
                 "calibrator": contract.raw["calibrator"],
                 "content_sha256": contract.content_sha256,
                 "baseline_source": "supplied" if args.local else "measured",
+                "stored_before": stored_before,
             },
             indent=2,
         )
     )
     return 0
+
+
+def fit_key(spec: Any, method: str, local: bool, sets: dict[str, Any]) -> str:
+    """The ``Idempotency-Key`` of a ``calmon fit``: a digest of what it was given (the spec as
+    JSON, the method, ``--local``, every value of the labeled sets), so the same content sent
+    again gets the contract registered the first time instead of a new version."""
+    digest = hashlib.sha256()
+    head = {"spec": spec, "method": method, "local": local}
+    digest.update(json.dumps(head, sort_keys=True, separators=(",", ":")).encode())
+    for name in ("fit", "eval"):
+        for array in (sets[name].inputs, sets[name].labels):
+            values = np.ascontiguousarray(array, dtype="<f8")
+            digest.update(f"{name}:{values.shape}".encode())
+            digest.update(values.tobytes())
+    return f"calmon-fit-{digest.hexdigest()}"
 
 
 def _locally_fitted(fields: dict[str, Any], method: str, sets: dict[str, Any]) -> dict[str, Any]:
@@ -210,18 +239,23 @@ def register(commands: Commands) -> None:
     fit = commands.add_parser(
         "fit",
         parents=service,
-        help="read CSV/NPZ files and have the service fit the calibrator, measure the baseline "
-        "and register the contract",
-        description="Read CSV/NPZ files and have the service fit the calibrator, measure the "
-        "baseline and register the contract (an admin token).",
+        help="read CSV, Parquet, Arrow or NPZ files and have the service fit the calibrator, "
+        "measure the baseline and register the contract (the same content again: the stored "
+        "contract)",
+        description="Read CSV, Parquet, Arrow or NPZ files (the columns of a predictions file "
+        "and a label column) and have the service fit the calibrator, measure the baseline and "
+        "register the contract (an admin token). The same spec, method and sets again return "
+        "the contract stored the first time, and register no new version.",
     )
     fit.add_argument(
         "--spec",
         required=True,
         help="JSON with the contract fields (model, checkpoint, task, classes, ...)",
     )
-    fit.add_argument("--fit", required=True, help="the fit set (.csv or .npz)")
-    fit.add_argument("--eval", required=True, help="the held-out eval set (.csv or .npz)")
+    fit.add_argument("--fit", required=True, help="the fit set (.csv, .parquet, .arrow or .npz)")
+    fit.add_argument(
+        "--eval", required=True, help="the held-out eval set (.csv, .parquet, .arrow or .npz)"
+    )
     fit.add_argument("--method", choices=METHODS, default="temperature")
     fit.add_argument(
         "--local",

@@ -2,8 +2,10 @@
 
 Files: CSV (``.csv``), Parquet (``.parquet``, ``.pq``) or Arrow (``.arrow``, ``.arrows``,
 ``.feather``, ``.ipc``: the IPC file or stream format), read in record batches, with the columns
-of an Arrow body: predictions ``id``, ``ts``, ``logits`` or ``score``, one column per cohort key;
-labels ``id``, ``label``, ``ts``. In a CSV file ``logits`` is a JSON array per row
+of an Arrow body: predictions ``id``, ``ts``, the logits (a ``logits`` list column, or one column
+per class, ``logit_0`` .. ``logit_{K-1}``) or ``score``, one column per cohort key; labels
+``id``, ``label``, ``ts``. ``calmon fit`` reads its labeled sets in the same layout, with a
+``label`` column (``labeled_rows``). In a CSV file ``logits`` is a JSON array per row
 (``"[1.2, -0.3, 0.5]"``) and ``ts`` RFC 3339 text with a zone. An empty cohort cell (an empty
 CSV cell, a null) leaves that key out of that row's cohort. A logits cell that is not an array
 of numbers as wide as the rows before it stops the run with an error naming its row (counted
@@ -14,6 +16,7 @@ be repeated whole: what was stored before counts as duplicates, not twice.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -107,11 +110,34 @@ def _times(batch: pa.RecordBatch, assume_utc: bool = False) -> np.ndarray:
         raise UnreadableFile(f"ts: {exc}{hint}") from None
 
 
+def class_columns(names: list[str]) -> list[str]:
+    """The one-column-per-class logits among ``names``: ``logit_0`` .. ``logit_{K-1}`` in class
+    order (the contract's ``classes``); ``UnreadableFile`` when some index is missing."""
+    found = {int(n[6:]): n for n in names if re.fullmatch(r"logit_\d+", n)}
+    if found and sorted(found) != list(range(len(found))):
+        raise UnreadableFile(
+            f"columns logit_0 .. logit_{len(found) - 1} expected, got {', '.join(found.values())}"
+        )
+    return [found[i] for i in range(len(found))]
+
+
 def _inputs(batch: pa.RecordBatch, first_row: int) -> np.ndarray:
-    """The logits as (N, K) float64 or the scores as (N,); ``UnreadableFile`` naming the file
-    row (``first_row`` is the batch's first) of a logits cell that is not an array of numbers
-    as wide as the rows before it."""
+    """The logits as (N, K) float64 (a ``logits`` list column, or one column per class,
+    ``logit_0`` .. ``logit_{K-1}``) or the scores as (N,) (a ``score`` column);
+    ``UnreadableFile`` naming the file row (``first_row`` is the batch's first) of a logits cell
+    that is not an array of numbers as wide as the rows before it."""
     names = batch.schema.names
+    per_class = class_columns(names)
+    if "logits" in names and per_class:
+        raise UnreadableFile("give the logits once: a logits column or logit_0 .. logit_K-1")
+    if per_class:
+        try:
+            columns = [batch.column(n).cast(pa.float64()) for n in per_class]
+        except pa.ArrowException as exc:
+            raise UnreadableFile(f"logit columns: {exc}") from None
+        if any(c.null_count for c in columns):
+            raise UnreadableFile("logit columns: empty cells")
+        return np.column_stack([c.to_numpy(zero_copy_only=False) for c in columns])
     if "logits" in names:
         column = batch.column("logits")
         rows = column.to_pylist()
@@ -124,7 +150,29 @@ def _inputs(batch: pa.RecordBatch, first_row: int) -> np.ndarray:
             raise UnreadableFile(f"row {first_row + row:,}, column logits: {problem}") from None
     if "score" in names:
         return batch.column("score").to_numpy(zero_copy_only=False).astype(np.float64)
-    raise UnreadableFile("expected a logits or a score column")
+    raise UnreadableFile("expected a logits column, logit_0 .. logit_K-1 columns or a score column")
+
+
+def labeled_rows(path: Path) -> tuple[np.ndarray, list[Any]]:
+    """The inputs (as ``_inputs`` reads them) and the ``label`` column of every row of a CSV,
+    Parquet or Arrow file: a labeled set in the layout of a predictions file."""
+    batches, _ = record_batches(path)
+    inputs: list[np.ndarray] = []
+    labels: list[Any] = []
+    try:
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            _required(batch, ("label",))
+            inputs.append(_inputs(batch, len(labels) + 1))
+            labels.extend(batch.column("label").to_pylist())
+    except pa.ArrowException as exc:
+        raise UnreadableFile(f"cannot read {path} after {len(labels):,} rows: {exc}") from None
+    except UnreadableFile as exc:
+        raise UnreadableFile(f"{path}: {exc}") from None
+    if not inputs:
+        raise UnreadableFile(f"{path}: no rows")
+    return np.concatenate(inputs), labels
 
 
 def _json_cell(text: str | None, row: int) -> Any:
@@ -184,7 +232,7 @@ def log_batch(
     cohort = {
         name: _cohort_column(batch.column(name))
         for name in batch.schema.names
-        if name not in ("id", "ts", "logits", "score")
+        if name not in ("id", "ts", "logits", "score", *class_columns(batch.schema.names))
     }
     return client.log_predictions(
         batch.column("id").to_pylist(),
