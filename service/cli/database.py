@@ -104,7 +104,11 @@ def _migrate(_args: argparse.Namespace) -> int:
             print(line, file=sys.stderr)
     print(
         f"{shown_url(settings.database_url)} is at the latest schema"
-        + (f" ({len(applied)} revisions applied)" if applied else " (nothing to apply)"),
+        + (
+            f" ({len(applied)} revision{'' if len(applied) == 1 else 's'} applied)"
+            if applied
+            else " (nothing to apply)"
+        ),
         file=sys.stderr,
     )
     return 0
