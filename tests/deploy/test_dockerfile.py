@@ -123,8 +123,8 @@ def copies(instructions: tuple[dockerfile.Command, ...]) -> list[tuple[list[str]
     return out
 
 
-#: The image's install: the service, its dependencies the server extra.
-INSTALL = 'pip install ".[server]"'
+#: The image's install: the service (the server extra) and its PostgreSQL driver.
+INSTALL = 'pip install ".[server,postgresql]"'
 
 
 def test_the_migrations_are_installed_with_the_package(

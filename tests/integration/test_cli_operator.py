@@ -3,6 +3,9 @@ the database it is pointed at (no schema yet, the revisions a migration applied)
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 
@@ -99,3 +102,41 @@ def test_a_printed_database_url_hides_its_password() -> None:
     shown = shown_url("postgresql://calmon:s3cret@db.internal:5432/calmon")
     assert "s3cret" not in shown and shown.startswith("postgresql://calmon:")
     assert "db.internal:5432/calmon" in shown
+
+
+#: Runs with psycopg unimportable, as in an install without the postgresql extra.
+WITHOUT_PSYCOPG = """
+import sys
+sys.modules["psycopg"] = None
+from service import create_app
+from service.cli import main
+code = main(sys.argv[1:])
+if code == 0:
+    app = create_app({"admin_token": "calmon_test-no-psycopg"})
+    print(app.test_client().get("/readyz").status_code)
+    app.extensions["calmon.database"].dispose()
+sys.exit(code)
+"""
+
+
+def _without_psycopg(tmp_path: Path, url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "CALMON_DATABASE_URL": url}
+    return subprocess.run(
+        [sys.executable, "-c", WITHOUT_PSYCOPG, *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_sqlite_needs_no_psycopg_and_postgresql_names_its_extra(tmp_path: Path) -> None:
+    done = _without_psycopg(tmp_path, f"sqlite:///{tmp_path / 'calmon.db'}", "migrate")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "200"  # /readyz: served on SQLite, schema at head
+    done = _without_psycopg(tmp_path, "postgresql://calmon:pw@127.0.0.1:1/calmon", "migrate")
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "psycopg, is not installed" in done.stderr
+    assert "postgresql extra" in done.stderr and "pw" not in done.stderr
