@@ -44,6 +44,12 @@ def _sqlite_file(url: str) -> Path | None:
     return Path(parsed.database)
 
 
+def _cannot_open(url: str, exc: Exception) -> UsageError:
+    """The database at ``url`` could not be opened (``exc``, SQLAlchemy's OperationalError)."""
+    reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+    return UsageError(f"cannot open the database at {shown_url(url)}: {reason}")
+
+
 def _no_schema(url: str) -> NoSchema:
     return NoSchema(
         f"no calmon schema at {shown_url(url)}; run `calmon migrate` or set CALMON_DATABASE_URL"
@@ -55,6 +61,8 @@ def open_database(settings: Settings, *, migrated: bool = True) -> Database:
 
     With ``migrated`` (every command but ``migrate``), a database without calmon's schema is a
     ``NoSchema`` naming it, and a SQLite file that does not exist is not created."""
+    from sqlalchemy.exc import OperationalError
+
     from service.audit.chain import AuditKeyring
     from service.audit.store import bind_keyring
     from service.db.database import Database
@@ -65,7 +73,12 @@ def open_database(settings: Settings, *, migrated: bool = True) -> Database:
     if migrated and file is not None and not file.is_file():
         raise _no_schema(url)
     db = Database(url, commit_seconds=settings.commit_seconds)
-    if migrated and not current_revisions(db.engine):
+    try:
+        revisions = current_revisions(db.engine) if migrated else ()
+    except OperationalError as exc:
+        db.dispose()
+        raise _cannot_open(url, exc) from None
+    if migrated and not revisions:
         db.dispose()
         raise _no_schema(url)
     bind_keyring(db.sessions, AuditKeyring.from_setting(settings.audit_key))
@@ -84,6 +97,8 @@ def session(settings: Settings | None = None) -> Iterator[Session]:
 
 
 def _migrate(_args: argparse.Namespace) -> int:
+    from sqlalchemy.exc import OperationalError
+
     from service.audit.store import seal
     from service.common.clock import utcnow
     from service.db.migrate import upgrade_to_head
@@ -91,7 +106,10 @@ def _migrate(_args: argparse.Namespace) -> int:
 
     settings = load_settings()
     print(f"migrating {shown_url(settings.database_url)}", file=sys.stderr)
-    applied = upgrade_to_head(settings.database_url)
+    try:
+        applied = upgrade_to_head(settings.database_url)
+    except OperationalError as exc:
+        raise _cannot_open(settings.database_url, exc) from None
     for revision in applied:
         print(f"applied {revision}", file=sys.stderr)
     with session(settings) as opened:

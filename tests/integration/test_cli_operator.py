@@ -14,7 +14,7 @@ import pytest
 from service.cli import main
 from service.cli.database import shown_url
 from service.db.migrate import head_revisions
-from tests.integration.conftest import fresh_database
+from tests.integration.conftest import BACKEND, fresh_database
 from tests.integration.test_served import free_port
 
 
@@ -140,3 +140,22 @@ def test_sqlite_needs_no_psycopg_and_postgresql_names_its_extra(tmp_path: Path) 
     assert "Traceback" not in done.stderr
     assert "psycopg, is not installed" in done.stderr
     assert "postgresql extra" in done.stderr and "pw" not in done.stderr
+
+
+@pytest.mark.parametrize("command", [["migrate"], ["token", "list"]], ids=" ".join)
+def test_a_database_that_cannot_be_opened_is_named_without_a_traceback(
+    command: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    if BACKEND == "postgresql":
+        base = os.environ["CALMON_TEST_DATABASE_URL"]
+        url = base.rsplit("/", 1)[0] + "/calmon_no_such_database"
+    else:
+        (tmp_path / "a-directory").mkdir()
+        url = f"sqlite:///{tmp_path / 'a-directory'}"
+    monkeypatch.setenv("CALMON_DATABASE_URL", url)
+    assert main(command) == 2
+    err = capsys.readouterr().err
+    assert f"at {shown_url(url)}" in err and "Traceback" not in err
