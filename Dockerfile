@@ -19,12 +19,13 @@ RUN groupadd --system --gid 10001 calmon \
 WORKDIR /app
 
 # The package's metadata and source, then install it: the migrations are installed inside the
-# package (service.migrations), where `calmon migrate` and /readyz find them. numpy, scipy,
-# psycopg[binary] and orjson come as manylinux wheels: no compiler is needed.
+# package (service.migrations), where `calmon migrate` and /readyz find them. The server and
+# postgresql extras hold the service's dependencies (the bare package is the client); numpy,
+# scipy, psycopg[binary] and orjson come as manylinux wheels: no compiler is needed.
 COPY pyproject.toml README.md ./
 COPY service ./service
 COPY migrations ./migrations
-RUN pip install . && rm -rf build calmon.egg-info service migrations
+RUN pip install ".[server,postgresql]" && rm -rf build calmon.egg-info service migrations
 
 # deploy/gunicorn.conf.py is for running gunicorn directly:
 #   gunicorn -c deploy/gunicorn.conf.py 'service:create_app()'

@@ -24,25 +24,34 @@ endef
 
 .PHONY: run check test lint migrate bench clean
 
-$(BIN)/activate: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
-	touch $(BIN)/activate
+# Two installs into one venv, each redone when pyproject.toml changes: RUNTIME, what `make run`
+# needs (the server extra: no test tools), and DEV, everything `make test` runs (the dev extra,
+# which includes the server and PostgreSQL extras).
+RUNTIME := $(VENV)/.installed-server
+DEV := $(VENV)/.installed-dev
 
-run: $(BIN)/activate
+$(RUNTIME): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[server]'
+	@touch $@
+
+$(DEV): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@touch $@ $(RUNTIME)
+
+run: $(RUNTIME)
 	$(BIN)/calmon migrate
 	@echo "calmon: open http://$(HOST):$(PORT)/ui"
 	@if [ -z "$$CALMON_ADMIN_TOKEN" ]; then \
 		token=$$($(BIN)/python -c 'from service.auth.tokens import new_token; print(new_token())'); \
-		echo "CALMON_ADMIN_TOKEN not set; generated an admin token for this run:"; \
-		echo "  $$token"; \
+		echo "calmon: the admin token of this run (CALMON_ADMIN_TOKEN sets one): $$token"; \
 		CALMON_ADMIN_TOKEN=$$token exec $(BIN)/calmon serve --host $(HOST) --port $(PORT) --workers $(WORKERS); \
 	else \
 		exec $(BIN)/calmon serve --host $(HOST) --port $(PORT) --workers $(WORKERS); \
 	fi
 
-lint: $(BIN)/activate
+lint: $(DEV)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -53,7 +62,7 @@ check: lint
 
 # Everything, on both backends. The failover tests run alone, one at a time: they time failovers
 # of formations of their own, and take root network namespaces.
-test: $(BIN)/activate
+test: $(DEV)
 	@rm -f $(STAGE_TIMES)
 	$(call timed,lint,$(MAKE) --no-print-directory lint)
 	$(call timed,pytest on SQLite,CALMON_TEST_BACKEND=sqlite $(PYTEST) $(XDIST) --dist loadscope --ignore=tests/failover)
@@ -67,10 +76,10 @@ endif
 	@cat $(STAGE_TIMES)
 	@echo "total: $$(( $$(date +%s) - $(START) )) s"
 
-migrate: $(BIN)/activate
+migrate: $(RUNTIME)
 	$(BIN)/calmon migrate
 
-bench: $(BIN)/activate
+bench: $(DEV)
 	$(BIN)/python bench/bench_core.py
 	$(BIN)/python bench/bench_metrics.py
 	$(BIN)/python bench/bench_stream.py --predictions 1000000

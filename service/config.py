@@ -49,7 +49,8 @@ class Settings:
     temporary one when unset);
     ``commit_seconds`` is the longest calmon waits for a PostgreSQL COMMIT (a synchronous
     standby's confirmation) before it cancels the wait and answers 503 (``service.db.failover``);
-    ``token`` is the bearer token ``calmon gate``, ``fit`` and ``demo`` send without ``--token``.
+    ``token`` is the bearer token ``calmon gate``, ``fit``, ``ingest`` and ``demo`` send without
+    ``--token``, and ``url`` the service they talk to without ``--url``.
     """
 
     database_url: str = field(default_factory=default_database_url)
@@ -70,6 +71,7 @@ class Settings:
     threads: int = 4
     metrics_dir: str | None = field(default=None, metadata={"env": "PROMETHEUS_MULTIPROC_DIR"})
     token: str | None = None
+    url: str | None = None
     commit_seconds: float = 10.0
 
 
@@ -83,7 +85,7 @@ _POSITIVE_INTS = (
     "workers",
     "threads",
 )
-_OPTIONAL_TEXT = ("admin_token", "audit_key", "metrics_dir", "token")
+_OPTIONAL_TEXT = ("admin_token", "audit_key", "metrics_dir", "token", "url")
 
 
 def env_name(setting: Field[Any]) -> str:

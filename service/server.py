@@ -170,7 +170,8 @@ def gunicorn_settings(*, bind: str, workers: int, threads: int) -> dict[str, Any
     gunicorn's, their own error replies JSON); SIGTERM drains in-flight requests for up to
     ``GRACEFUL_TIMEOUT_SECONDS``. Counters and histograms add up across workers through
     prometheus-client's multiprocess mode (``on_starting`` and ``child_exit``); each worker
-    freezes its start-up heap out of the garbage collector's full passes (``post_worker_init``).
+    freezes its start-up heap out of the garbage collector's full passes (``post_worker_init``);
+    gunicorn's control socket is off, so servers of one user share no socket.
     """
     return {
         "bind": bind,
@@ -183,6 +184,10 @@ def gunicorn_settings(*, bind: str, workers: int, threads: int) -> dict[str, Any
         "on_starting": on_starting,
         "post_worker_init": post_worker_init,
         "child_exit": child_exit,
+        # gunicorn's control socket (gunicornc) is one path per user, by default
+        # ~/.gunicorn/gunicorn.ctl: a second server of the same user would take it over from
+        # the first. calmon is managed through signals and its orchestrator instead.
+        "control_socket_disable": True,
     }
 
 

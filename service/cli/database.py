@@ -7,8 +7,10 @@ import argparse
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from service.cli.usage import UsageError
 from service.config import load_settings
 
 if TYPE_CHECKING:
@@ -19,13 +21,66 @@ if TYPE_CHECKING:
     from service.db.database import Database
 
 
-def open_database(settings: Settings) -> Database:
-    """The configured database, its sessions appending audit events under CALMON_AUDIT_KEY."""
+class NoSchema(UsageError):
+    """The configured database holds no calmon schema (exit status 2)."""
+
+
+def shown_url(url: str) -> str:
+    """``url`` as it may be printed: its password hidden."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def _sqlite_file(url: str) -> Path | None:
+    """The file a SQLite URL names (None for another backend, memory or a ``file:`` URI)."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.query.get("uri"):
+        return None
+    if not parsed.database or parsed.database == ":memory:":
+        return None
+    return Path(parsed.database)
+
+
+def _cannot_open(url: str, exc: Exception) -> UsageError:
+    """The database at ``url`` could not be opened (``exc``, SQLAlchemy's OperationalError)."""
+    reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+    return UsageError(f"cannot open the database at {shown_url(url)}: {reason}")
+
+
+def _no_schema(url: str) -> NoSchema:
+    return NoSchema(
+        f"no calmon schema at {shown_url(url)}; run `calmon migrate` or set CALMON_DATABASE_URL"
+    )
+
+
+def open_database(settings: Settings, *, migrated: bool = True) -> Database:
+    """The configured database, its sessions appending audit events under CALMON_AUDIT_KEY.
+
+    With ``migrated`` (every command but ``migrate``), a database without calmon's schema is a
+    ``NoSchema`` naming it, and a SQLite file that does not exist is not created."""
+    from sqlalchemy.exc import OperationalError
+
     from service.audit.chain import AuditKeyring
     from service.audit.store import bind_keyring
     from service.db.database import Database
+    from service.db.migrate import current_revisions
 
-    db = Database(settings.database_url, commit_seconds=settings.commit_seconds)
+    url = settings.database_url
+    file = _sqlite_file(url)
+    if migrated and file is not None and not file.is_file():
+        raise _no_schema(url)
+    db = Database(url, commit_seconds=settings.commit_seconds)
+    try:
+        revisions = current_revisions(db.engine) if migrated else ()
+    except OperationalError as exc:
+        db.dispose()
+        raise _cannot_open(url, exc) from None
+    if migrated and not revisions:
+        db.dispose()
+        raise _no_schema(url)
     bind_keyring(db.sessions, AuditKeyring.from_setting(settings.audit_key))
     return db
 
@@ -42,13 +97,21 @@ def session(settings: Settings | None = None) -> Iterator[Session]:
 
 
 def _migrate(_args: argparse.Namespace) -> int:
+    from sqlalchemy.exc import OperationalError
+
     from service.audit.store import seal
     from service.common.clock import utcnow
     from service.db.migrate import upgrade_to_head
     from service.stream.maintenance import run_pending
 
     settings = load_settings()
-    upgrade_to_head(settings.database_url)
+    print(f"migrating {shown_url(settings.database_url)}", file=sys.stderr)
+    try:
+        applied = upgrade_to_head(settings.database_url)
+    except OperationalError as exc:
+        raise _cannot_open(settings.database_url, exc) from None
+    for revision in applied:
+        print(f"applied {revision}", file=sys.stderr)
     with session(settings) as opened:
         for task in run_pending(opened):
             print(f"ran maintenance task {task}", file=sys.stderr)
@@ -57,7 +120,15 @@ def _migrate(_args: argparse.Namespace) -> int:
             opened.commit()
         for line in sealed:
             print(line, file=sys.stderr)
-    print("database is at the latest schema", file=sys.stderr)
+    print(
+        f"{shown_url(settings.database_url)} is at the latest schema"
+        + (
+            f" ({len(applied)} revision{'' if len(applied) == 1 else 's'} applied)"
+            if applied
+            else " (nothing to apply)"
+        ),
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 from collections.abc import Callable, Mapping
@@ -12,7 +13,8 @@ from functools import wraps
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from service.calibration.vocabulary import Task
+import numpy as np
+
 from service.cli.usage import UsageError, read_json
 from service.config import load_settings
 
@@ -22,6 +24,13 @@ if TYPE_CHECKING:
 #: Seconds ``calmon fit`` waits for the service's reply: it fits and measures both sets first.
 FIT_SECONDS = 120.0
 METHODS = ("temperature", "platt", "beta", "isotonic", "histogram", "vector", "matrix", "auto")
+
+
+def _url(args: argparse.Namespace) -> str:
+    url = args.url or load_settings().url
+    if not url:
+        raise UsageError("give --url or set CALMON_URL")
+    return str(url)
 
 
 def _token(args: argparse.Namespace) -> str:
@@ -71,7 +80,7 @@ def _gate(args: argparse.Namespace) -> int:
     from service.client.reports import gate_report
 
     policy = read_json(args.policy, "policy file") if args.policy else None
-    with Calmon(args.url, _token(args)) as client:
+    with Calmon(_url(args), _token(args)) as client:
         decision = client.gate(args.contract, policy)
     print(gate_report(decision.raw))
     return 0 if decision.passed else 1
@@ -82,9 +91,10 @@ def _fit(args: argparse.Namespace) -> int:
     """Read the sets here, then have the service fit and measure them (``/v1/contracts/fit``),
     so the gate sees a baseline calmon measured; ``--local`` fits here and registers the result
     (``/v1/contracts``): a supplied baseline."""
+    from service.calibration.vocabulary import Task
+    from service.cli.datafiles import read_labeled_set
     from service.client import Calmon
     from service.common.errors import ErrorCollector
-    from service.contracts.datafiles import read_labeled_set
     from service.contracts.model import method_problem
     from service.contracts.requests import parse_spec_fields
 
@@ -118,8 +128,18 @@ def _fit(args: argparse.Namespace) -> int:
             },
         }
         print("sending the sets to the service to fit and measure", file=sys.stderr)
-    with Calmon(args.url, _token(args), timeout=FIT_SECONDS) as client:
-        contract = client.register(body) if args.local else client.fit(body)
+    key = fit_key(spec, args.method, args.local, sets)
+    with Calmon(_url(args), _token(args), timeout=FIT_SECONDS) as client:
+        newest = client.contracts(fields["model"], limit=1)
+        register = client.register if args.local else client.fit
+        contract = register(body, idempotency_key=key)
+    stored_before = bool(newest) and contract.version <= newest[0].version
+    if stored_before:
+        print(
+            f"the same spec, method and sets were registered before: contract version "
+            f"{contract.version} of {contract.model}, returned as stored (no new version)",
+            file=sys.stderr,
+        )
     for warning in contract.warnings:
         print(f"warning [{warning['code']}]: {warning['message']}", file=sys.stderr)
     print(
@@ -130,11 +150,27 @@ def _fit(args: argparse.Namespace) -> int:
                 "calibrator": contract.raw["calibrator"],
                 "content_sha256": contract.content_sha256,
                 "baseline_source": "supplied" if args.local else "measured",
+                "stored_before": stored_before,
             },
             indent=2,
         )
     )
     return 0
+
+
+def fit_key(spec: Any, method: str, local: bool, sets: dict[str, Any]) -> str:
+    """The ``Idempotency-Key`` of a ``calmon fit``: a digest of what it was given (the spec as
+    JSON, the method, ``--local``, every value of the labeled sets), so the same content sent
+    again gets the contract registered the first time instead of a new version."""
+    digest = hashlib.sha256()
+    head = {"spec": spec, "method": method, "local": local}
+    digest.update(json.dumps(head, sort_keys=True, separators=(",", ":")).encode())
+    for name in ("fit", "eval"):
+        for array in (sets[name].inputs, sets[name].labels):
+            values = np.ascontiguousarray(array, dtype="<f8")
+            digest.update(f"{name}:{values.shape}".encode())
+            digest.update(values.tobytes())
+    return f"calmon-fit-{digest.hexdigest()}"
 
 
 def _locally_fitted(fields: dict[str, Any], method: str, sets: dict[str, Any]) -> dict[str, Any]:
@@ -152,15 +188,25 @@ def _ingest(args: argparse.Namespace) -> int:
     from service.client import Calmon
     from service.client.backfill import UnreadableFile, describe, ingest_file
 
-    client = Calmon(args.url, _token(args), model=args.model, batch_size=args.batch)
+    client = Calmon(_url(args), _token(args), model=args.model, batch_size=args.batch)
     try:
-        report = ingest_file(client, args.kind, Path(args.file), wait=args.wait)
+        report = ingest_file(
+            client, args.kind, Path(args.file), wait=args.wait, assume_utc=args.assume_utc
+        )
     except UnreadableFile as exc:
         client.close(timeout=0)
         raise UsageError(str(exc)) from None
     print(describe(report, args.kind))
     if report.rejected:
-        print(f"calmon ingest: the service rejected rows: {report.last_error}", file=sys.stderr)
+        if report.last_rejection is None:
+            print(f"calmon ingest: rows were refused: {report.last_error}", file=sys.stderr)
+        else:
+            print(
+                f"calmon ingest: the service rejected {report.rejected:,} rows; its reply to "
+                "the last rejected batch:",
+                file=sys.stderr,
+            )
+            print(json.dumps(report.last_rejection, indent=2), file=sys.stderr)
         return 1
     if report.dropped or report.sent < report.read:
         print(
@@ -176,7 +222,7 @@ def _demo(args: argparse.Namespace) -> int:
     from service.demo import DemoOptions, run_demo
 
     options = DemoOptions(
-        args.url, _token(args), args.model, args.hours, args.rate, args.seed, args.wait
+        _url(args), _token(args), args.model, args.hours, args.rate, args.seed, args.wait
     )
     return run_demo(options)
 
@@ -184,7 +230,9 @@ def _demo(args: argparse.Namespace) -> int:
 def _service_options() -> argparse.ArgumentParser:
     """The parent parser of every HTTP command: where the service is, and the bearer token."""
     options = argparse.ArgumentParser(add_help=False)
-    options.add_argument("--url", required=True, help="the calmon service, e.g. http://host:8000")
+    options.add_argument(
+        "--url", help="the calmon service, e.g. http://host:8000 (default: $CALMON_URL)"
+    )
     options.add_argument(
         "--token",
         help="a token of the role the command names (default: $CALMON_TOKEN)",
@@ -210,18 +258,23 @@ def register(commands: Commands) -> None:
     fit = commands.add_parser(
         "fit",
         parents=service,
-        help="read CSV/NPZ files and have the service fit the calibrator, measure the baseline "
-        "and register the contract",
-        description="Read CSV/NPZ files and have the service fit the calibrator, measure the "
-        "baseline and register the contract (an admin token).",
+        help="read CSV, Parquet, Arrow or NPZ files and have the service fit the calibrator, "
+        "measure the baseline and register the contract (the same content again: the stored "
+        "contract)",
+        description="Read CSV, Parquet, Arrow or NPZ files (the columns of a predictions file "
+        "and a label column) and have the service fit the calibrator, measure the baseline and "
+        "register the contract (an admin token). The same spec, method and sets again return "
+        "the contract stored the first time, and register no new version.",
     )
     fit.add_argument(
         "--spec",
         required=True,
         help="JSON with the contract fields (model, checkpoint, task, classes, ...)",
     )
-    fit.add_argument("--fit", required=True, help="the fit set (.csv or .npz)")
-    fit.add_argument("--eval", required=True, help="the held-out eval set (.csv or .npz)")
+    fit.add_argument("--fit", required=True, help="the fit set (.csv, .parquet, .arrow or .npz)")
+    fit.add_argument(
+        "--eval", required=True, help="the held-out eval set (.csv, .parquet, .arrow or .npz)"
+    )
     fit.add_argument("--method", choices=METHODS, default="temperature")
     fit.add_argument(
         "--local",
@@ -250,6 +303,11 @@ def register(commands: Commands) -> None:
         type=float,
         default=600.0,
         help="seconds to keep retrying at the end while the service is unreachable (default 600)",
+    )
+    ingest.add_argument(
+        "--assume-utc",
+        action="store_true",
+        help="read times without a zone (naive timestamps, text without an offset) as UTC",
     )
     ingest.set_defaults(handler=_ingest)
 

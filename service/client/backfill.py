@@ -2,8 +2,10 @@
 
 Files: CSV (``.csv``), Parquet (``.parquet``, ``.pq``) or Arrow (``.arrow``, ``.arrows``,
 ``.feather``, ``.ipc``: the IPC file or stream format), read in record batches, with the columns
-of an Arrow body: predictions ``id``, ``ts``, ``logits`` or ``score``, one column per cohort key;
-labels ``id``, ``label``, ``ts``. In a CSV file ``logits`` is a JSON array per row
+of an Arrow body: predictions ``id``, ``ts``, the logits (a ``logits`` list column, or one column
+per class, ``logit_0`` .. ``logit_{K-1}``) or ``score``, one column per cohort key; labels
+``id``, ``label``, ``ts``. ``calmon fit`` reads its labeled sets in the same layout, with a
+``label`` column (``labeled_rows``). In a CSV file ``logits`` is a JSON array per row
 (``"[1.2, -0.3, 0.5]"``) and ``ts`` RFC 3339 text with a zone. An empty cohort cell (an empty
 CSV cell, a null) leaves that key out of that row's cohort. A logits cell that is not an array
 of numbers as wide as the rows before it stops the run with an error naming its row (counted
@@ -14,6 +16,7 @@ be repeated whole: what was stored before counts as duplicates, not twice.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -79,21 +82,62 @@ def record_batches(path: Path) -> tuple[Iterator[pa.RecordBatch], int | None]:
     raise UnreadableFile(f"{path}: expected a .csv, .parquet or .arrow file")
 
 
-def _times(batch: pa.RecordBatch) -> np.ndarray:
+#: A time text that ends in a zone: ``Z`` or an offset.
+_ZONED = r"([Zz]|[+-]\d\d(:?\d\d)?)$"
+
+
+def _times(batch: pa.RecordBatch, assume_utc: bool = False) -> np.ndarray:
+    """The ``ts`` column as ``datetime64[us]`` (UTC). Times without a zone (naive timestamps,
+    text without an offset) are refused, or with ``assume_utc`` read as UTC."""
     column = batch.column("ts")
     try:
         if pa.types.is_timestamp(column.type) and column.type.tz is None:
-            raise UnreadableFile("ts: timestamps without a time zone")
-        return column.cast(TIMESTAMP).cast(pa.int64()).to_numpy().astype("datetime64[us]")
+            if not assume_utc:
+                raise UnreadableFile(
+                    "ts: timestamps without a time zone (--assume-utc reads them as UTC)"
+                )
+            column = column.cast(pa.timestamp("us"))
+        elif assume_utc and (
+            pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
+        ):
+            zoned = pc.match_substring_regex(column, _ZONED)
+            column = pc.if_else(zoned, column, pc.binary_join_element_wise(column, "Z", ""))
+        if not pa.types.is_timestamp(column.type) or column.type.tz is not None:
+            column = column.cast(TIMESTAMP)
+        return column.cast(pa.int64()).to_numpy().astype("datetime64[us]")
     except pa.ArrowException as exc:
-        raise UnreadableFile(f"ts: {exc}") from None
+        hint = "" if assume_utc else " (--assume-utc reads times without a zone as UTC)"
+        raise UnreadableFile(f"ts: {exc}{hint}") from None
+
+
+def class_columns(names: list[str]) -> list[str]:
+    """The one-column-per-class logits among ``names``: ``logit_0`` .. ``logit_{K-1}`` in class
+    order (the contract's ``classes``); ``UnreadableFile`` when some index is missing."""
+    found = {int(n[6:]): n for n in names if re.fullmatch(r"logit_\d+", n)}
+    if found and sorted(found) != list(range(len(found))):
+        raise UnreadableFile(
+            f"columns logit_0 .. logit_{len(found) - 1} expected, got {', '.join(found.values())}"
+        )
+    return [found[i] for i in range(len(found))]
 
 
 def _inputs(batch: pa.RecordBatch, first_row: int) -> np.ndarray:
-    """The logits as (N, K) float64 or the scores as (N,); ``UnreadableFile`` naming the file
-    row (``first_row`` is the batch's first) of a logits cell that is not an array of numbers
-    as wide as the rows before it."""
+    """The logits as (N, K) float64 (a ``logits`` list column, or one column per class,
+    ``logit_0`` .. ``logit_{K-1}``) or the scores as (N,) (a ``score`` column);
+    ``UnreadableFile`` naming the file row (``first_row`` is the batch's first) of a logits cell
+    that is not an array of numbers as wide as the rows before it."""
     names = batch.schema.names
+    per_class = class_columns(names)
+    if "logits" in names and per_class:
+        raise UnreadableFile("give the logits once: a logits column or logit_0 .. logit_K-1")
+    if per_class:
+        try:
+            columns = [batch.column(n).cast(pa.float64()) for n in per_class]
+        except pa.ArrowException as exc:
+            raise UnreadableFile(f"logit columns: {exc}") from None
+        if any(c.null_count for c in columns):
+            raise UnreadableFile("logit columns: empty cells")
+        return np.column_stack([c.to_numpy(zero_copy_only=False) for c in columns])
     if "logits" in names:
         column = batch.column("logits")
         rows = column.to_pylist()
@@ -106,7 +150,29 @@ def _inputs(batch: pa.RecordBatch, first_row: int) -> np.ndarray:
             raise UnreadableFile(f"row {first_row + row:,}, column logits: {problem}") from None
     if "score" in names:
         return batch.column("score").to_numpy(zero_copy_only=False).astype(np.float64)
-    raise UnreadableFile("expected a logits or a score column")
+    raise UnreadableFile("expected a logits column, logit_0 .. logit_K-1 columns or a score column")
+
+
+def labeled_rows(path: Path) -> tuple[np.ndarray, list[Any]]:
+    """The inputs (as ``_inputs`` reads them) and the ``label`` column of every row of a CSV,
+    Parquet or Arrow file: a labeled set in the layout of a predictions file."""
+    batches, _ = record_batches(path)
+    inputs: list[np.ndarray] = []
+    labels: list[Any] = []
+    try:
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            _required(batch, ("label",))
+            inputs.append(_inputs(batch, len(labels) + 1))
+            labels.extend(batch.column("label").to_pylist())
+    except pa.ArrowException as exc:
+        raise UnreadableFile(f"cannot read {path} after {len(labels):,} rows: {exc}") from None
+    except UnreadableFile as exc:
+        raise UnreadableFile(f"{path}: {exc}") from None
+    if not inputs:
+        raise UnreadableFile(f"{path}: no rows")
+    return np.concatenate(inputs), labels
 
 
 def _json_cell(text: str | None, row: int) -> Any:
@@ -147,23 +213,32 @@ def _required(batch: pa.RecordBatch, names: tuple[str, ...]) -> None:
         raise UnreadableFile(f"missing column(s): {', '.join(missing)}")
 
 
-def log_batch(client: Calmon, kind: str, batch: pa.RecordBatch, first_row: int = 1) -> int:
+def log_batch(
+    client: Calmon,
+    kind: str,
+    batch: pa.RecordBatch,
+    first_row: int = 1,
+    assume_utc: bool = False,
+) -> int:
     """Queue one record batch of ``kind`` (``predictions`` or ``labels``) whose first row is
-    the file's row ``first_row``; rows queued."""
+    the file's row ``first_row``; rows queued. ``assume_utc``: times without a zone are UTC."""
     if batch.num_rows == 0:
         return 0
     if kind == "labels":
         _required(batch, ("id", "label", "ts"))
         labels = batch.column("label").to_pylist()
-        return client.log_labels(batch.column("id").to_pylist(), labels, _times(batch))
+        return client.log_labels(batch.column("id").to_pylist(), labels, _times(batch, assume_utc))
     _required(batch, ("id", "ts"))
     cohort = {
         name: _cohort_column(batch.column(name))
         for name in batch.schema.names
-        if name not in ("id", "ts", "logits", "score")
+        if name not in ("id", "ts", "logits", "score", *class_columns(batch.schema.names))
     }
     return client.log_predictions(
-        batch.column("id").to_pylist(), _inputs(batch, first_row), _times(batch), cohort or None
+        batch.column("id").to_pylist(),
+        _inputs(batch, first_row),
+        _times(batch, assume_utc),
+        cohort or None,
     )
 
 
@@ -176,6 +251,8 @@ class IngestReport:
     rejected: int
     dropped: int
     last_error: str | None
+    #: The status and JSON reply of the last batch the service refused, or None.
+    last_rejection: dict[str, Any] | None = None
 
 
 def ingest_file(
@@ -185,18 +262,19 @@ def ingest_file(
     err: TextIO | None = None,
     wait: float = 600.0,
     progress_seconds: float | None = None,
+    assume_utc: bool = False,
 ) -> IngestReport:
     """Send every row of ``path`` through ``client`` (its model), showing progress on ``err``
     (default: standard error) every ``progress_seconds`` (default: ``TTY_PROGRESS_SECONDS`` on
     a terminal, else ``PROGRESS_SECONDS``) while it reads and sends; wait at most ``wait``
-    seconds at the end for delivery."""
+    seconds at the end for delivery. ``assume_utc``: times without a zone are read as UTC."""
     batches, total = record_batches(path)
     with _Progress(
         err or sys.stderr, total, lambda: client.stats.sent, progress_seconds
     ) as progress:
         try:
             for batch in batches:
-                progress.read += log_batch(client, kind, batch, progress.read + 1)
+                progress.read += log_batch(client, kind, batch, progress.read + 1, assume_utc)
         except pa.ArrowException as exc:
             read = progress.read
             raise UnreadableFile(f"cannot read {path} after {read:,} rows: {exc}") from None
@@ -214,6 +292,7 @@ def ingest_file(
         stats.rejected,
         stats.dropped,
         stats.last_error,
+        stats.last_rejection,
     )
 
 

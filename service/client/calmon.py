@@ -185,10 +185,11 @@ class Calmon:
             raise RequestFailed(status, reply)
         return reply
 
-    def _write(self, path: str, body: Any, ok: tuple[int, ...]) -> Any:
-        """POST an audited write with a fresh ``Idempotency-Key``, sent again with that key
-        while the reply says to retry or the connection is lost (see the class docstring)."""
-        headers = {"Idempotency-Key": uuid.uuid4().hex}
+    def _write(self, path: str, body: Any, ok: tuple[int, ...], key: str | None = None) -> Any:
+        """POST an audited write with ``key`` as its ``Idempotency-Key`` (default: a fresh one),
+        sent again with that key while the reply says to retry or the connection is lost (see
+        the class docstring)."""
+        headers = {"Idempotency-Key": key or uuid.uuid4().hex}
         deadline = time.monotonic() + self._retry_seconds
         attempt = 0
         while True:
@@ -213,14 +214,25 @@ class Calmon:
             raise ValueError("name the model")
         return quote(chosen, safe="")
 
-    def fit(self, body: Mapping[str, Any]) -> Contract:
+    def fit(self, body: Mapping[str, Any], *, idempotency_key: str | None = None) -> Contract:
         """``POST /v1/contracts/fit``: the service fits the calibrator and measures the
-        baseline on the sets in ``body``; the registered contract."""
-        return Contract.of(self._write("/v1/contracts/fit", dict(body), (201,)))
+        baseline on the sets in ``body``; the registered contract. An ``idempotency_key`` sent
+        before with the same body gets the contract that request registered, and registers
+        nothing (default: a fresh key)."""
+        path = "/v1/contracts/fit"
+        return Contract.of(self._write(path, dict(body), (201,), idempotency_key))
 
-    def register(self, body: Mapping[str, Any]) -> Contract:
-        """``POST /v1/contracts``: register a contract fitted elsewhere."""
-        return Contract.of(self._write("/v1/contracts", dict(body), (201,)))
+    def register(self, body: Mapping[str, Any], *, idempotency_key: str | None = None) -> Contract:
+        """``POST /v1/contracts``: register a contract fitted elsewhere (``idempotency_key`` as
+        for ``fit``)."""
+        return Contract.of(self._write("/v1/contracts", dict(body), (201,), idempotency_key))
+
+    def contracts(self, model: str | None = None, *, limit: int = 100) -> list[Contract]:
+        """``GET /v1/contracts?model=``: the model's newest ``limit`` contracts, newest first
+        (a reader token)."""
+        query = urlencode({"model": self.model if model is None else model, "limit": limit})
+        reply = self._call("GET", f"/v1/contracts?{query}")
+        return [Contract.of(c) for c in reply["contracts"]]
 
     def contract(self, model: str | None = None) -> Contract:
         """``GET /v1/models/{model}/contract``: the active contract (``RequestFailed`` 404

@@ -51,7 +51,8 @@ class SenderStats:
     ``dropped``: refused by a full queue (``when_full="drop"``), abandoned at ``close`` (still
     waiting, or in a request that did not return in time), or lost to an error in the sender
     thread (reported on stderr);
-    ``rejected``: refused by the service (``last_error`` holds its reply). ``accepted``,
+    ``rejected``: refused by the service (``last_error`` holds its reply as text, and
+    ``last_rejection`` the status and the decoded reply of the last refused batch). ``accepted``,
     ``duplicates``, ``joined``, ``pending`` add up the replies' counts."""
 
     sent: int = 0
@@ -64,6 +65,7 @@ class SenderStats:
     pending: int = 0
     last_error: str | None = None
     queued: int = 0
+    last_rejection: dict[str, Any] | None = None
 
 
 @dataclass
@@ -352,7 +354,7 @@ class Sender:
                 self._acknowledged(rows, reply)
                 return
             if status and status not in RETRIED_STATUSES:
-                self._rejected(rows, f"{status}: {reply}")
+                self._rejected(rows, f"{status}: {reply}", {"status": status, "reply": reply})
                 return
             delay = min(self._options.max_backoff, self._options.backoff * 2**attempt)
             wake = time.monotonic() + delay * random.uniform(0.5, 1.0)
@@ -383,7 +385,9 @@ class Sender:
                 if isinstance(value, int):
                     setattr(self.stats, name, getattr(self.stats, name) + value)
 
-    def _rejected(self, rows: int, error: str) -> None:
+    def _rejected(self, rows: int, error: str, rejection: dict[str, Any] | None = None) -> None:
         with self._lock:
             self.stats.rejected += self._counted(rows)
             self.stats.last_error = error[:2000]
+            if rejection is not None:
+                self.stats.last_rejection = rejection

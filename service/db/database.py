@@ -11,6 +11,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
+from service.db import driver
 from service.db.backend import backend_of
 from service.db.failover import DEFAULT_COMMIT_SECONDS, configure_failover, connect_args
 from service.db.types import lenient_json_loads
@@ -92,7 +93,8 @@ def make_engine(
     """Create an engine for ``url`` (SQLite file or PostgreSQL), creating a SQLite file's folder.
 
     On PostgreSQL a commit is bounded by ``commit_seconds`` and a connection is discarded when
-    its server is lost or takes no writes (``service.db.failover``)."""
+    its server is lost or takes no writes (``service.db.failover``); ``MissingDriver`` when
+    psycopg, the ``postgresql`` extra, is not installed."""
     url = _normalise_url(url)
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
@@ -103,6 +105,8 @@ def make_engine(
         engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS}, **kwargs)
         _configure_sqlite(engine)
         return engine
+    if not driver.INSTALLED:
+        raise MissingDriver(driver.MISSING)
     kwargs.setdefault("pool_pre_ping", True)
     kwargs.setdefault("pool_size", 5)
     kwargs.setdefault("max_overflow", 10)
@@ -111,6 +115,10 @@ def make_engine(
     _configure_postgresql(engine)
     configure_failover(engine, commit_seconds)
     return engine
+
+
+class MissingDriver(ValueError):
+    """The database URL names PostgreSQL and psycopg, its driver, is not installed."""
 
 
 class Database:

@@ -10,11 +10,12 @@ catch one that escaped.
 
 from __future__ import annotations
 
-import psycopg
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
+from service.db import driver
+
 #: The base class of every error psycopg raises.
-DRIVER_ERROR = psycopg.Error
+DRIVER_ERROR = driver.Error
 
 #: SQLSTATE classes of a database that cannot serve now: connection exception (08),
 #: insufficient resources (53: disk full, out of memory, too many connections), operator
@@ -37,7 +38,7 @@ def database_unavailable(exc: BaseException) -> bool:
         if exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError):
             return True
         exc = exc.orig if isinstance(exc.orig, BaseException) else exc
-    if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+    if isinstance(exc, driver.OperationalError | driver.InterfaceError):
         return True
     sqlstate = getattr(exc, "sqlstate", None) or ""
     return sqlstate[:2] in _UNAVAILABLE_CLASSES or sqlstate in _UNAVAILABLE_STATES

@@ -31,10 +31,11 @@ import logging
 import threading
 from typing import Any
 
-import psycopg
 from sqlalchemy import Connection, Engine, event, text
 from sqlalchemy.engine import URL, ExceptionContext
 from sqlalchemy.exc import SQLAlchemyError
+
+from service.db import driver
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ DURABLE_COMMIT = (
 )
 
 
-class CommitOutcomeUnknown(psycopg.OperationalError):
+class CommitOutcomeUnknown(driver.OperationalError):
     """The commit could not be confirmed (its wait was cancelled, or the server could not take
     the commit's WAL record): the transaction may or may not survive a failover, and the
     request is answered 503 so that the client retries it."""
@@ -100,7 +101,7 @@ def configure_failover(engine: Engine, commit_seconds: float) -> None:
             try:
                 with dbapi_connection.cursor() as cursor:
                     cursor.execute(DURABLE_COMMIT, {"level": level})
-            except psycopg.Error as exc:
+            except driver.Error as exc:
                 # A hot standby refuses the WAL record; a lost server fails it: either way the
                 # commit cannot be confirmed now.
                 raise CommitOutcomeUnknown(

@@ -29,9 +29,27 @@ def alembic_config(database_url: str | None = None) -> Config:
     return config
 
 
-def upgrade_to_head(database_url: str) -> None:
-    """Apply every pending migration."""
-    command.upgrade(alembic_config(database_url), "head")
+def upgrade_to_head(database_url: str) -> list[str]:
+    """Apply every pending migration; what was applied, oldest first, each as its revision and
+    the first line of its message (``0020 request_keys: ...``)."""
+    from service.db.database import make_engine
+
+    engine = make_engine(database_url)
+    try:
+        before = current_revisions(engine)
+        command.upgrade(alembic_config(database_url), "head")
+        after = current_revisions(engine)
+    finally:
+        engine.dispose()
+    script = ScriptDirectory.from_config(alembic_config())
+    had = {r.revision for r in script.iterate_revisions(before, "base")} if before else set()
+    applied = [r for r in script.iterate_revisions(after, "base") if r.revision not in had]
+    return [_described(r.revision, r.doc) for r in reversed(applied)]
+
+
+def _described(revision: str, doc: str | None) -> str:
+    lines = (doc or "").strip().splitlines()
+    return f"{revision} {lines[0]}" if lines else revision
 
 
 def head_revisions() -> tuple[str, ...]:

@@ -11,15 +11,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-import psycopg
 from sqlalchemy import Connection, Select, Table, text
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from service.db.dialect import AnySelect, Columns, Rows, WritesRefused
+from service.db.driver import Error as DriverError
+
+if TYPE_CHECKING:
+    import psycopg
 
 #: What a staging table's column of each type is declared with beyond its type.
 _STAGED_STORAGE = {"text": ' COLLATE "C"', "bytea": " COMPRESSION lz4"}
@@ -38,7 +41,7 @@ def _driver_errors(session: Session, statement: str) -> Iterator[None]:
     roll it back and the pool opens a new one."""
     try:
         yield
-    except psycopg.Error as exc:
+    except DriverError as exc:
         connection = session.connection()
         driver = _psycopg(session)
         lost = driver.closed or driver.broken
@@ -48,7 +51,7 @@ def _driver_errors(session: Session, statement: str) -> Iterator[None]:
             statement,
             None,
             exc,
-            psycopg.Error,
+            DriverError,
             connection_invalidated=lost,
             dialect=connection.dialect,
         ) from exc

@@ -123,15 +123,17 @@ def copies(instructions: tuple[dockerfile.Command, ...]) -> list[tuple[list[str]
     return out
 
 
+#: The image's install: the service (the server extra) and its PostgreSQL driver.
+INSTALL = 'pip install ".[server,postgresql]"'
+
+
 def test_the_migrations_are_installed_with_the_package(
     instructions: tuple[dockerfile.Command, ...],
 ) -> None:
     # pyproject.toml installs migrations/ as service.migrations, so the image needs them in the
-    # build before `pip install .`, and no source tree left in WORKDIR to shadow the installed
+    # build before it is installed, and no source tree left in WORKDIR to shadow the installed
     # package (whose copy is the one carrying the migrations).
-    installs = [
-        n for n, i in enumerate(instructions) if i.cmd == "RUN" and "pip install ." in i.value[0]
-    ]
+    installs = [n for n, i in enumerate(instructions) if i.cmd == "RUN" and INSTALL in i.value[0]]
     assert len(installs) == 1
     copied = {s for i in instructions[: installs[0]] if i.cmd == "COPY" for s in i.value[:-1]}
     assert "migrations" in copied
@@ -146,9 +148,7 @@ def test_the_package_metadata_is_copied_before_pip_install(
     pyproject = (ROOT / "pyproject.toml").read_text()
     readme = re.search(r'^readme = "([^"]+)"', pyproject, re.MULTILINE)
     assert readme, "pyproject.toml names no readme"
-    installs = [
-        n for n, i in enumerate(instructions) if i.cmd == "RUN" and "pip install ." in i.value[0]
-    ]
+    installs = [n for n, i in enumerate(instructions) if i.cmd == "RUN" and INSTALL in i.value[0]]
     assert len(installs) == 1
     before = {
         source for i in instructions[: installs[0]] if i.cmd == "COPY" for source in i.value[:-1]

@@ -133,7 +133,7 @@ class Gunicorn:
 
 
 @contextmanager
-def gunicorn_with_the_config_file(tmp_path: Path) -> Iterator[Gunicorn]:
+def gunicorn_with_the_config_file(tmp_path: Path, **environ: str) -> Iterator[Gunicorn]:
     url = f"sqlite:///{tmp_path / 'calmon.db'}"
     upgrade_to_head(url)
     metrics_dir = tmp_path / "metrics"
@@ -148,6 +148,7 @@ def gunicorn_with_the_config_file(tmp_path: Path) -> Iterator[Gunicorn]:
         "CALMON_BIND": f"127.0.0.1:{port}",
         "WEB_CONCURRENCY": "2",
         "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
+        **environ,
     }
     env.pop("CALMON_THREADS", None)
     log = (tmp_path / "gunicorn.log").open("wb")
@@ -235,6 +236,24 @@ def test_gunicorn_serves_and_metrics_add_up_across_two_workers(tmp_path: Path) -
         assert metric_samples(text)[key] == answered
         process = served.process
     assert process.returncode == 0, (tmp_path / "gunicorn.log").read_text()
+
+
+@pytest.mark.slow
+def test_two_servers_of_one_user_share_no_control_socket(tmp_path: Path) -> None:
+    # gunicorn's control socket defaults to $XDG_RUNTIME_DIR/gunicorn.ctl, else
+    # ~/.gunicorn/gunicorn.ctl: one path per user, which a second server would take over.
+    home, runtime = tmp_path / "home", tmp_path / "run"
+    home.mkdir()
+    runtime.mkdir()
+    for name, xdg in (("one", str(runtime)), ("two", "")):
+        (tmp_path / name).mkdir()
+        with gunicorn_with_the_config_file(
+            tmp_path / name, HOME=str(home), XDG_RUNTIME_DIR=xdg
+        ) as served:
+            assert served.get("/healthz")[0] == 200
+            assert not (runtime / "gunicorn.ctl").exists()
+            assert not (home / ".gunicorn").exists()
+    assert server.gunicorn_settings(bind="x", workers=1, threads=1)["control_socket_disable"]
 
 
 @pytest.mark.parametrize(

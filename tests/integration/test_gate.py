@@ -390,7 +390,7 @@ def test_cli_fit_registers_a_contract_from_csv_and_npz(
     fit_set, eval_set, _ = calibrated_sets(400, seed=5, sharpen=1.5)
     with (tmp_path / "fit.csv").open("w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["z0", "z1", "z2", "label"])
+        writer.writerow(["logit_0", "logit_1", "logit_2", "label"])
         for z, y in zip(fit_set["logits"], fit_set["labels"], strict=True):
             writer.writerow([*z, ["a", "b", "c"][y]])
     np.savez(

@@ -215,3 +215,53 @@ def test_progress_counts_rows_as_they_are_acknowledged(tmp_path: Path) -> None:
     during = counts[:-1]
     assert during == sorted(during), "acknowledged rows only grow"
     assert any(0 < n < 3_000 for n in during), lines
+
+
+@pytest.mark.slow
+def test_times_without_a_zone_are_refused_or_read_as_utc(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    table = _table(0, 400)
+    naive = table.set_column(1, "ts", table.column("ts").cast(pa.timestamp("us")))
+    parquet_file = tmp_path / "naive.parquet"
+    pq.write_table(naive, parquet_file)
+    csv_file = tmp_path / "naive.csv"
+    _csv(_table(1_000, 300), csv_file)
+    # Text without an offset: every other row, the rest keep theirs.
+    lines = csv_file.read_text().splitlines()
+    lines[1::2] = [line.replace("+00:00", "", 1) for line in lines[1::2]]
+    csv_file.write_text("\n".join(lines) + "\n")
+    with serving_fresh(tmp_path) as server:
+        with Calmon(server.url, ADMIN_TOKEN) as fitting:
+            fitting.fit(fit_body("glyphs"))
+        for path in (parquet_file, csv_file):
+            code, _, err = _ingest(server.url, "predictions", path, capsys)
+            assert code == 2 and "--assume-utc" in err, err
+        for path in (parquet_file, csv_file):
+            options = ["--url", server.url, "--token", ADMIN_TOKEN, "--model", "glyphs"]
+            assert main(["ingest", "predictions", str(path), *options, "--assume-utc"]) == 0
+            assert "0 rejected" in capsys.readouterr().out
+        status, reading = server.call("GET", "/v1/models/glyphs/calibration?window=24h")
+        assert status == 200 and reading["n_predictions"] == 700
+
+
+@pytest.mark.slow
+def test_a_refused_batchs_reply_is_printed_as_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    wide = _table(0, 50)
+    wide = wide.set_column(
+        2, "logits", pa.FixedSizeListArray.from_arrays(pa.array(np.zeros(50 * 5)), 5)
+    )
+    path = tmp_path / "wide.parquet"
+    pq.write_table(wide, path)
+    with serving_fresh(tmp_path) as server:
+        with Calmon(server.url, ADMIN_TOKEN) as fitting:
+            fitting.fit(fit_body("glyphs"))
+        code, _, err = _ingest(server.url, "predictions", path, capsys)
+    assert code == 1
+    head, _, rest = err.partition("its reply to the last rejected batch:\n")
+    assert "the service rejected 50 rows" in head
+    refusal = json.loads(rest)
+    assert refusal["status"] == 422
+    assert {"code", "message", "details"} <= set(refusal["reply"]["error"])

@@ -14,13 +14,13 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
-import psycopg
 import pyarrow as pa
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from service.db import binary_copy
+from service.db.driver import UniqueViolation
 from service.db.postgresql import POSTGRESQL as BACKEND
 from service.db.postgresql import binary_rows, copy_binary
 from service.stream.sql.columns import LabeledRows, PredictionColumns
@@ -108,7 +108,7 @@ class PostgreSQLStream:
             with session.begin_nested():
                 copy_binary(session, copy_sql, data)
         except IntegrityError as exc:
-            if not isinstance(exc.orig, psycopg.errors.UniqueViolation):
+            if not isinstance(exc.orig, UniqueViolation):
                 raise
             return False
         return True
@@ -153,7 +153,7 @@ class PostgreSQLStream:
             with session.begin_nested():
                 row = self._record_labels(session, params, speculative=False)
         except IntegrityError as exc:
-            if not isinstance(exc.orig, psycopg.errors.UniqueViolation):
+            if not isinstance(exc.orig, UniqueViolation):
                 raise
             row = self._record_labels(session, params, speculative=True)
         ids, contract_ids, seconds, slices, inputs, labels, names, label_seconds, waiting = (
