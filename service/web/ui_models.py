@@ -110,8 +110,8 @@ def _number(value: float, default: float) -> float:
 
 
 def _cohort_query(slice_: str) -> str:
-    """A slice as the page's ``cohort`` query value (``all`` or ``key:value``)."""
-    return "all" if slice_ == ALL else slice_.replace("=", ":", 1)
+    """A slice as the page's ``cohort`` query value: its name (``all`` or ``key=value``)."""
+    return slice_
 
 
 @dataclass(frozen=True)
