@@ -19,10 +19,10 @@ from sqlalchemy.orm import Session
 from service.audit import service as audit_service
 from service.audit.store import AuditEvent
 from service.calibration import bins_inference
-from service.calibration.drift import DriftPolicy
+from service.calibration.drift import StatusLevels
 from service.calibration.readings import ReliabilityBin
 from service.calibration.vocabulary import Status
-from service.common.errors import ErrorDetail, ValidationFailed
+from service.common.errors import ErrorDetail, UnreadableContract, ValidationFailed
 from service.common.values import format_timestamp
 from service.contracts import service as contracts_service
 from service.contracts.model import BaselineSource, Contract
@@ -194,38 +194,45 @@ class ModelPage:
     window_note: str | None = None
 
 
-def plain_reasons(
-    drift: dict[str, Any], n_labeled: int, policy: DriftPolicy
-) -> list[tuple[str, str]]:
-    """The status's reasons, each as (what it means in plain words, the statistics behind it)."""
-    status = drift["status"]
-    levels = drift.get("detectors") or {}
-    alert = (levels.get("alert") or {}).get("level", policy.max_ece)
-    warn = (levels.get("warn") or {}).get("level", policy.max_ece / 2)
+def plain_status(contract: Contract, status: str, n_labeled: int) -> str:
+    """What a status means in plain words, against ``contract``'s policy and baseline (the
+    levels of ``drift.StatusLevels``): the words a reason begins with."""
+    policy = contract.policy
+    try:
+        levels = StatusLevels.of(policy, bins_inference(contract.baseline_reading().bins))
+    except UnreadableContract:
+        levels = StatusLevels(policy.max_ece, policy.max_ece / 2, math.nan)
     if status == Status.ALERT:
-        plain = (
-            f"ECE above the contract's {policy.max_ece:g}"
-            if math.isclose(alert, policy.max_ece)
-            else f"ECE above {alert:.3f}, the held-out baseline's upper bound plus the "
+        if math.isclose(levels.alert, policy.max_ece):
+            return f"ECE above the contract's {policy.max_ece:g}"
+        return (
+            f"ECE above {levels.alert:.3f}, the held-out baseline's upper bound plus the "
             f"contract's allowed increase of {policy.max_ece_increase:g}"
         )
-    elif status == Status.WARN:
-        plain = (
-            f"ECE above {warn:.3f}, half the contract's {policy.max_ece:g}"
-            if math.isclose(warn, policy.max_ece / 2)
-            else f"ECE above {warn:.3f}, the held-out baseline's upper bound plus half the "
+    if status == Status.WARN:
+        if math.isclose(levels.warn, policy.max_ece / 2):
+            return f"ECE above {levels.warn:.3g}, half the contract's {policy.max_ece:g}"
+        return (
+            f"ECE above {levels.warn:.3f}, the held-out baseline's upper bound plus half the "
             f"contract's allowed increase"
         )
-    elif status == Status.INSUFFICIENT_DATA and n_labeled < max(policy.min_labeled, 1):
-        plain = (
+    if status == Status.INSUFFICIENT_DATA and n_labeled < max(policy.min_labeled, 1):
+        return (
             f"Too few labels to judge: {n_labeled:,}, the contract asks for {policy.min_labeled:,}"
         )
-    elif status == Status.INSUFFICIENT_DATA:
-        plain = f"Too few labels yet to rule out an ECE of {2 * alert:.3f}"
-    else:
-        plain = f"ECE within the contract's {policy.max_ece:g}"
-    details = list(drift.get("reasons") or [])
-    return [(plain, details[0] if details else "")] + [("", d) for d in details[1:]]
+    if status == Status.INSUFFICIENT_DATA:
+        return f"Too few labels yet to rule out an ECE of {2 * levels.alert:.3g}"
+    return f"ECE within the contract's {policy.max_ece:g}"
+
+
+def plain_reasons(
+    contract: Contract, status: str, n_labeled: int, reasons: Sequence[str]
+) -> list[tuple[str, str]]:
+    """The status's reasons, each as (plain words, the statistics behind them): the first
+    leads with ``plain_status``."""
+    first = plain_status(contract, status, n_labeled)
+    details = list(reasons)
+    return [(first, details[0] if details else "")] + [("", d) for d in details[1:]]
 
 
 def _opening_window(
@@ -333,7 +340,9 @@ def model_page(
         decisions=gate_service.list_decisions(session, model=model, limit=10),
         events=audit_service.list_events(session, model=model, limit=20, newest_first=True),
         export=slice_export(session, model),
-        status_reasons=plain_reasons(reading["drift"], measured.n_labeled, measured.policy),
+        status_reasons=plain_reasons(
+            measured.contract, measured.drift.status, measured.n_labeled, measured.drift.reasons
+        ),
         window_note=window_note,
     )
 
@@ -444,6 +453,8 @@ class FleetPage:
     count_window: str
     now: datetime
     unreadable: dict[str, str] = field(default_factory=dict)
+    #: ``(model, cohort, window)``: what a slice row's status means in plain words.
+    plain: dict[tuple[str, str, str], str] = field(default_factory=dict)
 
 
 def fleet_page(session: Session, windows: Sequence[str], now: datetime, page: int = 1) -> FleetPage:
@@ -452,6 +463,12 @@ def fleet_page(session: Session, windows: Sequence[str], now: datetime, page: in
     listed as the others are."""
     fleet = fleet_overview(session, windows, now, page)
     problems = contracts_service.unreadable_among(session, [m.contract.id for m in fleet.models])
+    plain: dict[tuple[str, str, str], str] = {}
+    for m in fleet.models:
+        if m.attention and m.contract.id not in problems:
+            contract = contracts_service.find_contract(session, m.contract.id)
+            for a in m.attention:
+                plain[(m.model, a.cohort, a.window)] = plain_status(contract, a.status, a.n_labeled)
     return FleetPage(
         fleet=fleet,
         decisions=gate_record.latest_decisions(session, [m.model for m in fleet.models]),
@@ -460,4 +477,5 @@ def fleet_page(session: Session, windows: Sequence[str], now: datetime, page: in
         unreadable={
             m.model: problems[m.contract.id] for m in fleet.models if m.contract.id in problems
         },
+        plain=plain,
     )
