@@ -28,9 +28,10 @@ from service.common.values import format_timestamp
 from service.contracts import store as contracts_store
 from service.contracts.model import Contract
 from service.contracts.service import current_contract
-from service.stream import bucket_store, fold_store, monitoring
+from service.stream import bucket_store, fold_store
 from service.stream.bucketing import layout_of
 from service.stream.fold_store import NO_FOLD, FoldStatus
+from service.stream.window_status import statuses_of_windows
 from service.stream.windows import (
     FINE,
     HOUR,
@@ -286,7 +287,7 @@ def window_statuses(
 ) -> tuple[Status, ...]:
     """Per step of ``history``, the drift status of the trailing ``window`` (``24h``) ending at
     the step's end: what a window reading gave, or would have given, then
-    (``monitoring.calibration_readings``, its detectors over that window's buckets). A step
+    (``window_status.statuses_of_windows``, its detectors over that window's buckets). A step
     ending after ``now`` gets the reading of ``now`` (``Window.trailing``). A window holding no
     step with predictions, and not reaching before the history, is ``insufficient_data``
     without a read.
@@ -305,11 +306,9 @@ def window_statuses(
         at = Window.trailing(window, now) if end > now else Window.between(start, end)
         wanted.append((i, at))
     statuses = [Status.INSUFFICIENT_DATA] * len(points)
-    readings = monitoring.calibration_readings(
-        session, history.model, [(history.cohort, at) for _, at in wanted], now
-    )
-    for (i, _), reading in zip(wanted, readings, strict=True):
-        statuses[i] = Status(reading.drift.status)
+    found = statuses_of_windows(session, history.model, history.cohort, [at for _, at in wanted])
+    for (i, _), status in zip(wanted, found, strict=True):
+        statuses[i] = status
     return tuple(statuses)
 
 

@@ -1,6 +1,7 @@
 """A model page shows an incident where it is: the history strip gives each step the status the
 window reading gives at that step's end, the page opens on a window with data, and the status's
-reasons lead in plain words."""
+reasons lead in plain words. Each strip status is the window reading's (``monitoring``), decided
+from one read of the buckets (``window_status``)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,12 @@ from typing import Any
 import numpy as np
 from flask.testing import FlaskClient
 
+from service.calibration.vocabulary import Status
 from service.common.values import format_timestamp
+from service.db.database import Database
+from service.stream import history as histories
+from service.stream import monitoring
+from service.stream.windows import Window, parse_duration
 from tests.integration.conftest import Auth
 from tests.integration.factories import fit_body
 from tests.integration.test_stream import minutes_ago
@@ -120,3 +126,32 @@ def test_a_model_page_opens_on_the_shortest_window_with_a_status(
     ).get_data(as_text=True)
     note = re.search(r'<p id="window-note" class="note">([^<]+)</p>', text).group(1)
     assert note.startswith("No prediction of region=mena in the last 7d: its data begins ")
+
+
+def test_each_window_status_is_the_window_reading_status(
+    client: FlaskClient, auth: Auth, db: Database
+) -> None:
+    stream_an_incident(client, auth)
+    now = datetime.now(UTC)
+    with db.session() as session:
+        for cohort, step, window in (
+            ("region=emea", timedelta(minutes=15), "24h"),
+            ("region=emea", timedelta(hours=1), "1h"),
+            ("all", timedelta(hours=1), "7d"),
+        ):
+            history = histories.model_history(
+                session, "glyphs", cohort, now - timedelta(hours=22), now, step, now
+            )
+            found = histories.window_statuses(session, history, window, now)
+            ends = [history.start + (i + 1) * step for i in range(len(history.points))]
+            windows = [
+                Window.trailing(window, now)
+                if end > now
+                else Window.between(end - parse_duration(window), end)
+                for end in ends
+            ]
+            readings = monitoring.calibration_readings(
+                session, "glyphs", [(cohort, w) for w in windows], now
+            )
+            assert list(found) == [r.drift.status for r in readings], (cohort, step, window)
+            assert Status.ALERT in found or (cohort, window) != ("region=emea", "24h")
