@@ -192,17 +192,19 @@ def _ece_top(
 ) -> float:
     """The ECE axis's top: a round value above the policy line, the baseline, the estimates of
     the steps with at least ``min_labeled`` labels and most of their intervals (the 90th
-    percentile of their upper bounds), at most 1. When no step has that many labels, the 90th
-    percentile of every labeled step's estimates and bounds stands in for them, so one step of
-    a few labels never sets the axis."""
+    percentile of their upper bounds), at most 1. When no step has that many labels, a quarter
+    above the 90th percentile of every labeled step's estimates stands in for them (their
+    intervals are then wide, drawn to the top), so one step of a few labels never sets the
+    axis."""
     labeled = [p for p in points if _labeled(p)]
     judged = [p for p in labeled if p.n_labeled >= min_labeled]
     estimates = [max(p.ece_debiased or 0.0, p.ece or 0.0) for p in judged or labeled]
-    uppers = [p.ece_ci[1] if p.ece_ci is not None else 0.0 for p in judged or labeled]
+    uppers = [p.ece_ci[1] if p.ece_ci is not None else 0.0 for p in judged]
     reach = [max_ece * 1.1, (baseline or 0.0) * 1.1, 0.01]
-    if estimates:
-        top_estimate = max(estimates) if judged else float(np.quantile(estimates, 0.9))
-        reach += [top_estimate * 1.1, float(np.quantile(uppers, 0.9))]
+    if judged:
+        reach += [max(estimates) * 1.1, float(np.quantile(uppers, 0.9))]
+    elif estimates:
+        reach.append(float(np.quantile(estimates, 0.9)) * 1.25)
     return min(_nice_ceiling(max(reach)), 1.0)
 
 

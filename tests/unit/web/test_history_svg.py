@@ -217,3 +217,18 @@ def test_a_rule_label_near_the_bottom_goes_over_its_line_not_into_the_strip() ->
     assert history_svg._label_y(TOP + 40) == TOP + 53
     for line_y in (bottom, bottom - 5, bottom - 15):
         assert history_svg._label_y(line_y) <= bottom - 3
+
+
+def test_when_no_step_has_min_labeled_labels_one_outlier_still_sets_no_axis(
+    contract: Contract,
+) -> None:
+    few = tuple(point(i, 4, 3, 0.05 + 0.005 * i) for i in range(10)) + (point(10, 4, 3, 0.9),)
+    chart = chart_of(
+        History("glyphs", "all", START, START + 11 * STEP, STEP, contract, few), title="t"
+    )
+    calm = chart_of(
+        History("glyphs", "all", START, START + 10 * STEP, STEP, contract, few[:10]), title="t"
+    )
+    assert all(m.hollow for m in chart.marks)
+    assert [t.label for t in chart.y_ticks] == [t.label for t in calm.y_ticks]
+    assert float(chart.y_ticks[-1].label) < 0.9
