@@ -222,7 +222,7 @@ def test_a_rule_label_near_the_bottom_goes_over_its_line_not_into_the_strip() ->
 def test_when_no_step_has_min_labeled_labels_one_outlier_still_sets_no_axis(
     contract: Contract,
 ) -> None:
-    few = tuple(point(i, 4, 3, 0.05 + 0.005 * i) for i in range(10)) + (point(10, 4, 3, 0.9),)
+    few = (*(point(i, 4, 3, 0.05 + 0.005 * i) for i in range(10)), point(10, 4, 3, 0.9))
     chart = chart_of(
         History("glyphs", "all", START, START + 11 * STEP, STEP, contract, few), title="t"
     )
