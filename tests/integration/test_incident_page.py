@@ -12,11 +12,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
+from flask import Flask
 from flask.testing import FlaskClient
 
 from service.calibration.vocabulary import Status
 from service.common.values import format_timestamp
 from service.db.database import Database
+from service.export.refresher import refresh_all
 from service.stream import history as histories
 from service.stream import monitoring
 from service.stream.windows import Window, parse_duration
@@ -101,6 +103,22 @@ def test_the_strip_gives_each_step_the_window_status_at_its_end(
         assert reading.get_json()["drift"]["status"] == statuses[k], k
     reasons = re.search(r'<ul id="reasons"><li><strong>([^<]+)</strong>', text).group(1)
     assert html.unescape(reasons) == "ECE above the contract's 0.1"
+
+
+def test_the_fleet_says_what_a_status_means_before_its_statistics(
+    app: Flask, client: FlaskClient, auth: Auth, db: Database
+) -> None:
+    stream_an_incident(client, auth)
+    refresh_all(db, app.config["CALMON_SETTINGS"])
+    text = client.get("/ui", headers=auth.headers("reader")).get_data(as_text=True)
+    row = re.search(
+        r'<tr class="slice-row" data-cohort="region=emea" data-window="24h" '
+        r'data-status="alert">.*?<td colspan="3" class="reasons"><strong>([^<]+)</strong>: the ',
+        text,
+        re.S,
+    )
+    assert row is not None and html.unescape(row.group(1)) == "ECE above the contract's 0.1"
+    assert 'href="/ui/models/glyphs?window=24h&amp;cohort=region%3Demea"' in text
 
 
 def test_a_model_page_opens_on_the_shortest_window_with_a_status(

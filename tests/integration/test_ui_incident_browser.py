@@ -112,6 +112,9 @@ def test_the_alerting_cohort_page_shows_the_incident_where_it_began(
     check_page(browser, f"{served.url}/ui/models/demo?cohort=region%3D{DRIFTING}&window=24h")
     full_page_screenshot(browser, ARTIFACTS / "incident-cohort.png")
     chart_screenshot(browser, ARTIFACTS / "incident-cohort-chart.png")
+    top = {"x": 0, "y": 0, "width": 1280, "height": 760, "scale": 1}
+    shot = browser.send("Page.captureScreenshot", format="png", clip=top)
+    (ARTIFACTS / "incident-cohort-top.png").write_bytes(base64.b64decode(shot["data"]))
     assert browser.evaluate("document.querySelector('#drift-status').textContent") == "alert"
     reasons = browser.evaluate("document.querySelector('#reasons li').textContent")
     assert reasons.startswith("ECE above "), reasons
