@@ -73,7 +73,7 @@ FAMILIES = (
         "Cohort slices of the model with no series here: beyond its series budget"
         " (CALMON_MAX_SLICES_PER_MODEL slices are exported: all, then the slices with the most"
         " labeled predictions). Their readings are served by"
-        " GET /v1/models/{model}/calibration?cohort=key:value.",
+        " GET /v1/models/{model}/calibration?cohort=key=value.",
     ),
 )
 _POLICY = len(GAUGES)

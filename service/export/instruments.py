@@ -38,10 +38,43 @@ def method_label(method: str) -> str:
     return method if method in METHODS else "OTHER"
 
 
-INGEST_ROUTES = frozenset({"/v1/predictions", "/v1/labels"})
+INGEST_ROUTES = ("/v1/predictions", "/v1/labels")
+#: The ``reason`` of ``calmon_rejected_items_total``: the error codes an ingest reply can carry
+#: (``service.web.http_errors``, ``service.common.errors``); any other code counts as ``other``.
+REJECTION_REASONS = (
+    "bad_request",
+    "unauthorized",
+    "forbidden",
+    "not_found",
+    "conflict",
+    "payload_too_large",
+    "unsupported_media_type",
+    "validation_failed",
+    "no_active_contract",
+    "unreadable_contract",
+    "too_many_requests",
+    "database_unavailable",
+    "unavailable",
+    "internal_error",
+    "error",
+    "other",
+)
 
 
 def record_rejection(route: str, reason: str, items: int) -> None:
     """Count the items of a rejected ingest request."""
     if route in INGEST_ROUTES:
-        REJECTED_ITEMS.labels(route, reason).inc(max(items, 1))
+        label = reason if reason in REJECTION_REASONS else "other"
+        REJECTED_ITEMS.labels(route, label).inc(max(items, 1))
+
+
+def _export_zeros() -> None:
+    """Create every (route, reason) series of the rejection counter at 0, so a dashboard reads
+    0 rather than no data before the first rejection (under gunicorn each worker writes its
+    zeros to its multiprocess file as it imports this module)."""
+    for route in INGEST_ROUTES:
+        for reason in REJECTION_REASONS:
+            REJECTED_ITEMS.labels(route, reason)
+
+
+_export_zeros()

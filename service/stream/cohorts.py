@@ -135,12 +135,13 @@ def admit_cohorts(
 
 
 def parse_slice_query(raw: str | None) -> str:
-    """``cohort=key:value`` (or ``key=value``) as a slice name; absent or ``all`` is ``all``."""
+    """``cohort=key=value`` (or ``key:value``) as a slice name; absent or ``all`` is
+    ``all``. The key ends at its first ``=`` or ``:`` (a key holds neither), so a value may hold
+    both."""
     if raw is None or raw == ALL:
         return ALL
-    key, sep, value = raw.partition(":")
-    if not sep:
-        key, sep, value = raw.partition("=")
-    if not sep or not KEY_PATTERN.match(key) or not 0 < len(value) <= MAX_LENGTH:
-        raise ValueError("expected cohort=key:value, e.g. cohort=region:emea, or cohort=all")
+    cut = next((i for i, char in enumerate(raw) if char in "=:"), -1)
+    key, value = (raw[:cut], raw[cut + 1 :]) if cut >= 0 else (raw, "")
+    if cut < 0 or not KEY_PATTERN.match(key) or not 0 < len(value) <= MAX_LENGTH:
+        raise ValueError("expected cohort=key=value, e.g. cohort=region=emea, or cohort=all")
     return slice_name(key, value)

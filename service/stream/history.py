@@ -31,7 +31,16 @@ from service.contracts.service import current_contract
 from service.stream import bucket_store, fold_store
 from service.stream.bucketing import layout_of
 from service.stream.fold_store import NO_FOLD, FoldStatus
-from service.stream.windows import FINE, HOUR, MAX_WINDOW, RESOLUTION_FINE, RESOLUTION_HOUR
+from service.stream.window_status import statuses_of_windows
+from service.stream.windows import (
+    FINE,
+    HOUR,
+    MAX_WINDOW,
+    RESOLUTION_FINE,
+    RESOLUTION_HOUR,
+    Window,
+    parse_duration,
+)
 
 #: At most this many steps per history (30 days at 1 h are 720; 7 days at 5 min 2,016).
 MAX_STEPS = 2_100
@@ -135,7 +144,9 @@ class History:
     ``contract`` is the model's current contract: its policy and baseline are what a chart draws
     its threshold lines from (each point names the version it was measured against). ``fold``
     says what every point leaves out: the model's labels acknowledged but not yet folded into
-    the buckets (``service.stream.fold``), and when the fold last ran for it.
+    the buckets (``service.stream.fold``), and when the fold last ran for it. ``status_window``
+    and ``window_statuses``, when set (``window_statuses``), give per point the status of that
+    trailing window at the step's end.
     """
 
     model: str
@@ -146,6 +157,8 @@ class History:
     contract: Contract
     points: tuple[HistoryPoint, ...]
     fold: FoldStatus = NO_FOLD
+    status_window: str | None = None
+    window_statuses: tuple[Status, ...] | None = None
 
     @property
     def step_seconds(self) -> int:
@@ -213,6 +226,11 @@ def fitted_range(
     return max(end - span, earliest), step
 
 
+def first_data(session: Session, model: str, slice_: str) -> datetime | None:
+    """The start of the slice's earliest 5-minute bucket (None: no data at all)."""
+    return bucket_store.first_buckets_from(session, model, slice_, [_EPOCH])[0]
+
+
 def _invalid(field: str, message: str) -> ValidationFailed:
     return ValidationFailed("invalid history", [ErrorDetail(field, message)])
 
@@ -262,6 +280,36 @@ def model_history(
         points=tuple(replace(point, fold=fold) for point in ordered),
         fold=fold,
     )
+
+
+def window_statuses(
+    session: Session, history: History, window: str, now: datetime
+) -> tuple[Status, ...]:
+    """Per step of ``history``, the drift status of the trailing ``window`` (``24h``) ending at
+    the step's end: what a window reading gave, or would have given, then
+    (``window_status.statuses_of_windows``, its detectors over that window's buckets). A step
+    ending after ``now`` gets the reading of ``now`` (``Window.trailing``). A window holding no
+    step with predictions, and not reaching before the history, is ``insufficient_data``
+    without a read.
+    """
+    duration = parse_duration(window)
+    points, step = history.points, history.step
+    with_data = [i for i, p in enumerate(points) if p.n_predictions]
+    wanted: list[tuple[int, Window]] = []
+    for i in range(len(points)):
+        end = history.start + (i + 1) * step
+        start = end - duration
+        reaches_before = start < history.start
+        holds_data = any(history.start + j * step + step > start for j in with_data if j <= i)
+        if not (reaches_before or holds_data):
+            continue
+        at = Window.trailing(window, now) if end > now else Window.between(start, end)
+        wanted.append((i, at))
+    statuses = [Status.INSUFFICIENT_DATA] * len(points)
+    found = statuses_of_windows(session, history.model, history.cohort, [at for _, at in wanted])
+    for (i, _), status in zip(wanted, found, strict=True):
+        statuses[i] = status
+    return tuple(statuses)
 
 
 def _version(contract: Contract | None) -> int:

@@ -108,18 +108,17 @@ def store_labels(
 
 
 def _count_outcomes(result: LabelsApplied) -> None:
-    """Count a committed label batch's outcomes and label delays in the stream's instruments."""
+    """Count a committed label batch's outcomes and label delays in the stream's instruments;
+    every outcome of the model is exported from its first batch on, at 0 if none came."""
     for outcome, count in (
         ("joined", result.joined),
         ("pending", result.pending),
         ("duplicate", result.duplicates),
         ("conflict", len(result.conflicts)),
     ):
-        if count:
-            LABELS_INGESTED.labels(result.model, outcome).inc(count)
+        LABELS_INGESTED.labels(result.model, outcome).inc(count)
     observe_many(LABEL_DELAY.labels(result.model), result.delays_seconds)
-    if result.rejected_pending:
-        PENDING_LABELS_REJECTED.labels(result.model).inc(result.rejected_pending)
+    PENDING_LABELS_REJECTED.labels(result.model).inc(result.rejected_pending)
 
 
 def _judge_joined(

@@ -3,16 +3,19 @@
 Top panel: per step with labels, the debiased ECE (a point) inside its 95% interval (a band
 segment as wide as the step), the plug-in ECE faint beside it, lines joining consecutive labeled
 steps only (a step without labels is a gap), the policy's ``max_ece`` and the baseline's
-debiased ECE as horizontal rules, and a dashed mark where the contract version changes. Beneath
-it a strip of each step's status, with a triangle where the status changes between steps that
-were judged (``ok``, ``warn``, ``alert``: a step with too few labels changes nothing), and the
+debiased ECE as horizontal rules, and a dashed mark where the contract version changes. A step
+with fewer labels than the policy's ``min_labeled`` is drawn hollow (its estimate is too rough
+to judge) and sets no part of the ECE axis. Beneath it a strip of each step's status: with the
+history's ``window_statuses``, the status of the trailing window at the step's end (what the
+service said then), else the step's own; a triangle marks where it changes between judged
+statuses (``ok``, ``warn``, ``alert``: ``insufficient_data`` changes nothing). Then the
 label-coverage panel: per step, the predictions as an outline and the labeled ones as a filled
 bar inside it (a distinct fill below 50% coverage).
 
-The ECE axis runs from 0 to a round value above the policy line, the baseline, every point
-estimate and most interval bounds (``_ece_top``), at most 1; an interval reaching above it is
-drawn to the top (its tooltip holds the numbers). Times are UTC; a step
-``[start, start + step)`` is drawn over its whole width.
+The ECE axis runs from 0 to a round value above the policy line, the baseline, every judged
+point estimate and most of their interval bounds (``_ece_top``), at most 1; an interval or a
+hollow point reaching above it is drawn at the top (its tooltip holds the numbers). Times are
+UTC; a step ``[start, start + step)`` is drawn over its whole width.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ WIDTH = LEFT + PLOT_W + RIGHT
 STRIP_TOP = TOP + PLOT_H + STRIP_GAP
 COVER_TOP = STRIP_TOP + STRIP_H + COVER_GAP
 LEGEND_TOP = COVER_TOP + COVER_H + LEGEND_GAP
-HEIGHT = LEGEND_TOP + 44
+HEIGHT = LEGEND_TOP + 58
 #: Below this share of labeled predictions a step's coverage bar gets the "mostly unlabeled" fill.
 LOW_COVERAGE = 0.5
 #: The statuses a change is marked between (a step with too few labels changes nothing).
@@ -64,6 +67,7 @@ class StepMark:
     plugin_y: float | None
     status: str
     title: str
+    hollow: bool = False
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,7 @@ class HistoryChart:
     title: str
     subtitle: str
     summary: str
+    status_window: str | None
     marks: tuple[StepMark, ...]
     ece_lines: tuple[str, ...]
     plugin_lines: tuple[str, ...]
@@ -132,6 +137,7 @@ class HistoryChart:
     versions: tuple[Marker, ...]
     max_ece: Rule | None
     baseline: Rule | None
+    baseline_label_y: float
     y_ticks: tuple[Tick, ...]
     x_ticks: tuple[Tick, ...]
     count_ticks: tuple[Tick, ...]
@@ -181,17 +187,25 @@ def _baseline(history: History) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _ece_top(points: Sequence[HistoryPoint], max_ece: float, baseline: float | None) -> float:
-    """The ECE axis's top: a round value above the policy line, the baseline, every point
-    estimate and most intervals (the 90th percentile of their upper bounds), at most 1."""
-    core = [max_ece, baseline or 0.0]
-    uppers = []
-    for p in points:
-        if _labeled(p):
-            core += [p.ece_debiased or 0.0, p.ece or 0.0]
-            uppers.append(p.ece_ci[1] if p.ece_ci is not None else 0.0)
-    reach = max(max(core) * 1.1, float(np.quantile(uppers, 0.9)) if uppers else 0.0, 0.01)
-    return min(_nice_ceiling(reach), 1.0)
+def _ece_top(
+    points: Sequence[HistoryPoint], max_ece: float, baseline: float | None, min_labeled: int
+) -> float:
+    """The ECE axis's top: a round value above the policy line, the baseline, the estimates of
+    the steps with at least ``min_labeled`` labels and most of their intervals (the 90th
+    percentile of their upper bounds), at most 1. When no step has that many labels, a quarter
+    above the 90th percentile of every labeled step's estimates stands in for them (their
+    intervals are then wide, drawn to the top), so one step of a few labels never sets the
+    axis."""
+    labeled = [p for p in points if _labeled(p)]
+    judged = [p for p in labeled if p.n_labeled >= min_labeled]
+    estimates = [max(p.ece_debiased or 0.0, p.ece or 0.0) for p in judged or labeled]
+    uppers = [p.ece_ci[1] if p.ece_ci is not None else 0.0 for p in judged]
+    reach = [max_ece * 1.1, (baseline or 0.0) * 1.1, 0.01]
+    if judged:
+        reach += [max(estimates) * 1.1, float(np.quantile(uppers, 0.9))]
+    elif estimates:
+        reach.append(float(np.quantile(estimates, 0.9)) * 1.25)
+    return min(_nice_ceiling(max(reach)), 1.0)
 
 
 def _polyline(xy: Sequence[tuple[float, float]]) -> str:
@@ -229,9 +243,10 @@ def chart_of(history: History, *, title: str) -> HistoryChart:
     points, step = history.points, history.step
     n = max(len(points), 1)
     width = PLOT_W / n
-    max_ece = history.contract.policy.max_ece
+    max_ece, min_labeled = history.policy.max_ece, history.policy.min_labeled
     baseline = _baseline(history)
-    top = _ece_top(points, max_ece, baseline)
+    top = _ece_top(points, max_ece, baseline, min_labeled)
+    statuses = _strip_statuses(history)
 
     def y(value: float) -> float:
         return TOP + (1.0 - min(max(value, 0.0), top) / top) * PLOT_H
@@ -256,7 +271,13 @@ def chart_of(history: History, *, title: str) -> HistoryChart:
                 point_y=y(p.ece_debiased),
                 plugin_y=None if p.ece is None else y(p.ece),
                 status=p.status,
-                title=_point_title(p, step),
+                title=_point_title(p, step)
+                + (
+                    f"; fewer labels than min_labeled {min_labeled}: too few to judge"
+                    if p.n_labeled < min_labeled
+                    else ""
+                ),
+                hollow=p.n_labeled < min_labeled,
             )
         )
     ece_lines, plugin_lines = [], []
@@ -281,13 +302,14 @@ def chart_of(history: History, *, title: str) -> HistoryChart:
         if p.n_predictions
     )
     strip = tuple(
-        StatusCell(LEFT + i * width, width, p.status, _point_title(p, step))
-        for i, p in enumerate(points)
+        StatusCell(LEFT + i * width, width, statuses[i], _cell_title(history, i))
+        for i in range(len(points))
     )
     changes, versions = [], []
-    judged = [i for i in labeled if points[i].status in JUDGED]
+    candidates = labeled if history.window_statuses is None else range(len(points))
+    judged = [i for i in candidates if statuses[i] in JUDGED]
     for before, after in itertools.pairwise(judged):
-        old, new = points[before].status, points[after].status
+        old, new = statuses[before], statuses[after]
         if old != new:
             text = f"{old} → {new}"
             at = LEFT + after * width
@@ -312,7 +334,8 @@ def chart_of(history: History, *, title: str) -> HistoryChart:
             f"{history.cohort}, {_stamp(history.start)} to {_stamp(history.end)} UTC in "
             f"{_step_text(step)} steps"
         ),
-        summary=_summary(history, labeled, max_ece, baseline),
+        summary=_summary(history, labeled, statuses, max_ece, baseline),
+        status_window=history.status_window if history.window_statuses is not None else None,
         marks=tuple(marks),
         ece_lines=tuple(ece_lines),
         plugin_lines=tuple(plugin_lines),
@@ -326,14 +349,44 @@ def chart_of(history: History, *, title: str) -> HistoryChart:
         baseline=None
         if baseline is None
         else Rule(y(baseline), baseline, f"baseline (held-out) {baseline:.3f}"),
+        baseline_label_y=_label_y(y(baseline)) if baseline is not None else 0.0,
         y_ticks=y_ticks,
         x_ticks=_time_ticks(history.start, history.end),
         count_ticks=count_ticks,
     )
 
 
+def _strip_statuses(history: History) -> list[str]:
+    """Each step's status in the strip: the trailing window's at its end when the history has
+    them, else the step's own."""
+    if history.window_statuses is not None:
+        return [str(s) for s in history.window_statuses]
+    return [p.status for p in history.points]
+
+
+def _cell_title(history: History, i: int) -> str:
+    """A strip cell's tooltip: the window status at the step's end, then the step's numbers."""
+    p = _point_title(history.points[i], history.step)
+    if history.window_statuses is None:
+        return p
+    end = _stamp(history.points[i].start + history.step)
+    status = str(history.window_statuses[i]).replace("_", " ")
+    return f"{history.status_window} window ending {end} UTC: {status}. Step {p}"
+
+
+def _label_y(line_y: float) -> float:
+    """Where a rule's label goes: under the line, or over it when under would leave the plot
+    (into the status strip)."""
+    below = line_y + 13
+    return below if below <= TOP + PLOT_H - 3 else line_y - 5
+
+
 def _summary(
-    history: History, labeled: Sequence[int], max_ece: float, baseline: float | None
+    history: History,
+    labeled: Sequence[int],
+    statuses: Sequence[str],
+    max_ece: float,
+    baseline: float | None,
 ) -> str:
     points = history.points
     parts = [
@@ -350,8 +403,14 @@ def _summary(
         )
     else:
         parts.append("No step in this range has labels.")
-    alerts, warns = (sum(1 for p in points if p.status == s) for s in (Status.ALERT, Status.WARN))
-    parts.append(f"Steps in alert: {alerts}, in warn: {warns}.")
+    alerts, warns = (sum(1 for t in statuses if t == s) for s in (Status.ALERT, Status.WARN))
+    if history.window_statuses is None:
+        parts.append(f"Steps in alert: {alerts}, in warn: {warns}.")
+    else:
+        parts.append(
+            f"Steps whose {history.status_window} window ended in alert: {alerts}, in warn: "
+            f"{warns}."
+        )
     parts.append(f"Policy max ECE {max_ece:.3f}")
     parts[-1] += "." if baseline is None else f", baseline (held-out) {baseline:.3f}."
     return " ".join(parts)
@@ -362,6 +421,7 @@ def render_history(history: History, *, title: str) -> str:
     return render_template(
         "ui/history.svg",
         c=chart_of(history, title=title),
+        min_labeled=history.policy.min_labeled,
         left=LEFT,
         plot_w=PLOT_W,
         top=TOP,

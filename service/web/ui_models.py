@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
@@ -19,8 +19,10 @@ from sqlalchemy.orm import Session
 from service.audit import service as audit_service
 from service.audit.store import AuditEvent
 from service.calibration import bins_inference
+from service.calibration.drift import StatusLevels
 from service.calibration.readings import ReliabilityBin
-from service.common.errors import ErrorDetail, ValidationFailed
+from service.calibration.vocabulary import Status
+from service.common.errors import ErrorDetail, UnreadableContract, ValidationFailed
 from service.common.values import format_timestamp
 from service.contracts import service as contracts_service
 from service.contracts.model import BaselineSource, Contract
@@ -110,8 +112,8 @@ def _number(value: float, default: float) -> float:
 
 
 def _cohort_query(slice_: str) -> str:
-    """A slice as the page's ``cohort`` query value (``all`` or ``key:value``)."""
-    return "all" if slice_ == ALL else slice_.replace("=", ":", 1)
+    """A slice as the page's ``cohort`` query value: its name (``all`` or ``key=value``)."""
+    return slice_
 
 
 @dataclass(frozen=True)
@@ -188,20 +190,98 @@ class ModelPage:
     decisions: list[GateDecision]
     events: list[AuditEvent]
     export: SliceExport | None
+    status_reasons: list[tuple[str, str]] = field(default_factory=list)
+    window_note: str | None = None
+
+
+def plain_status(contract: Contract, status: str, n_labeled: int) -> str:
+    """What a status means in plain words, against ``contract``'s policy and baseline (the
+    levels of ``drift.StatusLevels``): the words a reason begins with."""
+    policy = contract.policy
+    try:
+        levels = StatusLevels.of(policy, bins_inference(contract.baseline_reading().bins))
+    except UnreadableContract:
+        levels = StatusLevels(policy.max_ece, policy.max_ece / 2, math.nan)
+    if status == Status.ALERT:
+        if math.isclose(levels.alert, policy.max_ece):
+            return f"ECE above the contract's {policy.max_ece:g}"
+        return (
+            f"ECE above {levels.alert:.3f}, the held-out baseline's upper bound plus the "
+            f"contract's allowed increase of {policy.max_ece_increase:g}"
+        )
+    if status == Status.WARN:
+        if math.isclose(levels.warn, policy.max_ece / 2):
+            return f"ECE above {levels.warn:.3g}, half the contract's {policy.max_ece:g}"
+        return (
+            f"ECE above {levels.warn:.3f}, the held-out baseline's upper bound plus half the "
+            f"contract's allowed increase"
+        )
+    if status == Status.INSUFFICIENT_DATA and n_labeled < max(policy.min_labeled, 1):
+        return (
+            f"Too few labels to judge: {n_labeled:,}, the contract asks for {policy.min_labeled:,}"
+        )
+    if status == Status.INSUFFICIENT_DATA:
+        return f"Too few labels yet to rule out an ECE of {2 * levels.alert:.3g}"
+    return f"ECE within the contract's {policy.max_ece:g}"
+
+
+def plain_reasons(
+    contract: Contract, status: str, n_labeled: int, reasons: Sequence[str]
+) -> list[tuple[str, str]]:
+    """The status's reasons, each as (plain words, the statistics behind them): the first
+    leads with ``plain_status``."""
+    first = plain_status(contract, status, n_labeled)
+    details = list(reasons)
+    return [(first, details[0] if details else "")] + [("", d) for d in details[1:]]
+
+
+def _opening_window(
+    session: Session, model: str, slice_: str, names: Sequence[str], now: datetime
+) -> tuple[monitoring.WindowReading, str | None]:
+    """The reading a model page opens on: the shortest of ``names`` whose window holds data of
+    the slice: enough labels for a status if one does, else labeled predictions, else any
+    predictions; when none does, the 24h one (or the shortest) and a note saying where the
+    slice's data is."""
+    ordered = sorted(names, key=parse_duration)
+    wanted = [(slice_, Window.trailing(name, now)) for name in ordered]
+    readings = monitoring.calibration_readings(session, model, wanted, now)
+    for holds in (
+        lambda r: r.drift.status != Status.INSUFFICIENT_DATA,
+        lambda r: r.n_labeled > 0,
+        lambda r: r.n_predictions > 0,
+    ):
+        found = next((r for r in readings if holds(r)), None)
+        if found is not None:
+            return found, None
+    fallback = readings[ordered.index("24h")] if "24h" in ordered else readings[0]
+    first = histories.first_data(session, model, slice_)
+    if first is None:
+        return fallback, f"No prediction of {slice_} has been received yet."
+    return fallback, (
+        f"No prediction of {slice_} in the last {ordered[-1]}: its data begins "
+        f"{format_timestamp(first)}; read it with a start and end, e.g. "
+        f"?start={format_timestamp(first)}&end={format_timestamp(first + timedelta(days=1))}."
+    )
 
 
 def model_page(
     session: Session,
     model: str,
     slice_: str,
-    window: Window,
+    window: Window | None,
     range_name: str,
     settings_windows: Sequence[str],
     now: datetime,
 ) -> ModelPage:
-    """Build the model page (``NotFound`` for an unknown model)."""
+    """Build the model page (``NotFound`` for an unknown model); without a ``window`` it opens on
+    the shortest configured window that holds data (``_opening_window``)."""
     contract = contracts_service.current_contract(session, model, now)
-    measured = monitoring.calibration_reading(session, model, window, slice_, now)
+    window_note = None
+    if window is None:
+        measured, window_note = _opening_window(session, model, slice_, settings_windows, now)
+        window = measured.window
+    else:
+        measured = monitoring.calibration_reading(session, model, window, slice_, now)
     cohorts: list[dict[str, Any]] = [
         {"cohort": s.cohort, "n_predictions": s.n_predictions, "n_labeled": s.n_labeled}
         | {"query": _cohort_query(s.cohort)}
@@ -216,6 +296,12 @@ def model_page(
     else:
         start = now - parse_duration(range_name)
     found = histories.model_history(session, model, slice_, start, now, step, now)
+    status_window = window.name or "24h"
+    found = replace(
+        found,
+        status_window=status_window,
+        window_statuses=histories.window_statuses(session, found, status_window, now),
+    )
     span = span_text(now - start)
     minutes = int(step.total_seconds() // 60)
     return ModelPage(
@@ -254,6 +340,10 @@ def model_page(
         decisions=gate_service.list_decisions(session, model=model, limit=10),
         events=audit_service.list_events(session, model=model, limit=20, newest_first=True),
         export=slice_export(session, model),
+        status_reasons=plain_reasons(
+            measured.contract, measured.drift.status, measured.n_labeled, measured.drift.reasons
+        ),
+        window_note=window_note,
     )
 
 
@@ -363,6 +453,8 @@ class FleetPage:
     count_window: str
     now: datetime
     unreadable: dict[str, str] = field(default_factory=dict)
+    #: ``(model, cohort, window)``: what a slice row's status means in plain words.
+    plain: dict[tuple[str, str, str], str] = field(default_factory=dict)
 
 
 def fleet_page(session: Session, windows: Sequence[str], now: datetime, page: int = 1) -> FleetPage:
@@ -371,6 +463,12 @@ def fleet_page(session: Session, windows: Sequence[str], now: datetime, page: in
     listed as the others are."""
     fleet = fleet_overview(session, windows, now, page)
     problems = contracts_service.unreadable_among(session, [m.contract.id for m in fleet.models])
+    plain: dict[tuple[str, str, str], str] = {}
+    for m in fleet.models:
+        if m.attention and m.contract.id not in problems:
+            contract = contracts_service.find_contract(session, m.contract.id)
+            for a in m.attention:
+                plain[(m.model, a.cohort, a.window)] = plain_status(contract, a.status, a.n_labeled)
     return FleetPage(
         fleet=fleet,
         decisions=gate_record.latest_decisions(session, [m.model for m in fleet.models]),
@@ -379,4 +477,5 @@ def fleet_page(session: Session, windows: Sequence[str], now: datetime, page: in
         unreadable={
             m.model: problems[m.contract.id] for m in fleet.models if m.contract.id in problems
         },
+        plain=plain,
     )

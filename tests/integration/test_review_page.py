@@ -334,7 +334,7 @@ def test_cohort_links_are_url_encoded(client: FlaskClient, auth: Auth) -> None:
     rows = [{**r, "cohort": {"region": value}} for r in _random_predictions(20, seed=3)]
     _send_predictions(client, auth, "glyphs", rows)
     page = client.get("/ui/models/glyphs", headers=auth.headers("reader")).get_data(as_text=True)
-    href = "?window=24h&amp;cohort=region%3Aa%26b+%23c+%C3%BC&amp;range=fit"
+    href = "?window=1h&amp;cohort=region%3Da%26b+%23c+%C3%BC&amp;range=fit"
     assert f'href="{href}"' in page
     followed = client.get("/ui/models/glyphs" + html.unescape(href), headers=auth.headers("reader"))
     assert followed.status_code == 200

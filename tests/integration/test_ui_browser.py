@@ -212,6 +212,11 @@ def test_the_pages_in_a_browser_draw_the_chart_and_keep_to_the_basics(
         " const r = c.getBoundingClientRect();"
         " return [r.x + scrollX + r.width / 2, r.y + scrollY + r.height / 2]; })"
     )
+    solid = browser.evaluate(
+        "[...document.querySelectorAll('svg.history circle.point:not(.hollow)')].map(c => {"
+        " const r = c.getBoundingClientRect();"
+        " return [r.x + scrollX + r.width / 2, r.y + scrollY + r.height / 2]; })"
+    )
     bands = browser.evaluate(
         "[...document.querySelectorAll('svg.history rect.band')].map(b => {"
         " const r = b.getBoundingClientRect();"
@@ -235,12 +240,13 @@ def test_the_pages_in_a_browser_draw_the_chart_and_keep_to_the_basics(
     ]
     colours = [pixel for row in plot for pixel in row]
     assert colours.count(BAND) >= 20 * len(bands), "the interval band is drawn in the plot"
-    assert colours.count(POINT) >= 10 * len(points), "the points are drawn in the plot"
+    assert len(solid) >= 10, "steps with min_labeled labels are drawn solid"
+    assert colours.count(POINT) >= 10 * len(solid), "the points are drawn in the plot"
 
     def at(x: float, y: float) -> tuple[int, int, int]:
         return pixels[int(y - box["y"])][int(x - box["x"])]
 
-    assert [at(x, y) for x, y in points] == [POINT] * len(points), "each point where the DOM says"
+    assert [at(x, y) for x, y in solid] == [POINT] * len(solid), "each point where the DOM says"
     for x, y, w, h in bands:
         if h >= 4 and w >= 4:
             inside = [

@@ -341,7 +341,7 @@ def test_the_history_svg_has_a_point_and_band_per_step_with_labels(
     doc = page(client, auth, "/ui/models/glyphs?range=24h&cohort=lang:tr")
     link = next(a for a in doc.iter("a") if "/history.svg?" in a.attrs.get("href", ""))
     query = urlsplit(link.attrs["href"]).query
-    assert parse_qs(query)["step"] == ["60m"] and parse_qs(query)["cohort"] == ["lang:tr"]
+    assert parse_qs(query)["step"] == ["60m"] and parse_qs(query)["cohort"] == ["lang=tr"]
     found = history_json(client, auth, query)
     labeled = [p for p in found["points"] if p["n_labeled"]]
     unlabeled = [p for p in found["points"] if p["n_predictions"] and not p["n_labeled"]]

@@ -96,22 +96,22 @@ def labels() -> Response:
 DurationParam = matching(DURATION_PATTERN, DURATION_HINT)
 
 
-#: A cohort slice as a query parameter: ``all``, ``key:value`` or ``key=value`` (a value of
-#: 1-``MAX_LENGTH`` characters, without ``:`` in the ``=`` form); checked by ``_cohort``.
+#: A cohort slice as a query parameter: ``all`` or ``key=value`` (also ``key:value``; a value of
+#: 1-``MAX_LENGTH`` characters); checked by ``_cohort``.
 _KEY = KEY_PATTERN.pattern.removesuffix("\\Z")
 CohortParam = Annotated[
     TextParam,
     WithJsonSchema(
         {
             "type": "string",
-            "pattern": f"^(all|{_KEY}:.{{1,{MAX_LENGTH}}}|{_KEY}=[^:]{{1,{MAX_LENGTH}}})$",
+            "pattern": f"^(all|{_KEY}[=:].{{1,{MAX_LENGTH}}})$",
         }
     ),
 ]
 
 
 def _cohort(raw: str | None) -> str:
-    """The ``cohort`` query parameter (``key:value`` or ``key=value``; default ``all``)."""
+    """The ``cohort`` query parameter (``key=value``, or ``key:value``; default ``all``)."""
     try:
         slice_ = parse_slice_query(raw)
         if slice_ != ALL and not KEY_PATTERN.fullmatch(slice_.partition("=")[0]):
@@ -123,7 +123,7 @@ def _cohort(raw: str | None) -> str:
 
 class WindowQuery(Query):
     """A reading's window (trailing ``window``, default 24h, or ``start`` with ``end``) and
-    cohort slice (``key:value``; default all)."""
+    cohort slice (``key=value``; default all)."""
 
     window: DurationParam = None  # type: ignore[valid-type]
     start: TimestampParam = None

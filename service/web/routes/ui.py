@@ -321,7 +321,8 @@ def model_page(model: str) -> BaseResponse:
     try:
         now = utcnow()
         query = ModelPageQuery.parse(now)
-        slice_, window = query.slice(), query.reading_window(now)
+        chosen = (query.window, query.start, query.end) != (None, None, None)
+        slice_, window = query.slice(), query.reading_window(now) if chosen else None
         range_name = pages.chosen_range(query.range)
         page = pages.model_page(db_session(), model, slice_, window, range_name, _windows(), now)
     except CalmonError as exc:

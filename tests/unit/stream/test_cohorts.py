@@ -61,13 +61,23 @@ def test_cohorts_break_no_rule_unnamed(cohort: object, field: str) -> None:
 
 @pytest.mark.parametrize(
     ("raw", "slice_"),
-    [(None, ALL), ("all", ALL), ("region:emea", "region=emea"), ("region=emea", "region=emea")],
+    [
+        (None, ALL),
+        ("all", ALL),
+        ("region:emea", "region=emea"),
+        ("region=emea", "region=emea"),
+        ("url=https://x.example/a=b", "url=https://x.example/a=b"),
+        ("zone=eu:west", "zone=eu:west"),
+        ("zone:eu=west", "zone=eu=west"),
+    ],
 )
 def test_the_cohort_query_names_a_slice(raw: str | None, slice_: str) -> None:
     assert parse_slice_query(raw) == slice_
 
 
-@pytest.mark.parametrize("raw", ["region", "region:", ":emea", "1region:emea"])
+@pytest.mark.parametrize(
+    "raw", ["region", "region:", "region=", ":emea", "=emea", "1region:emea", "1region=emea"]
+)
 def test_a_malformed_cohort_query_is_refused(raw: str) -> None:
     with pytest.raises(ValueError):
         parse_slice_query(raw)

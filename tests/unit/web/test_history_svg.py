@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from flask import Flask
 
+from service.calibration.vocabulary import Status
 from service.common.errors import ErrorCollector
 from service.contracts.fitting import fit_contract_spec
 from service.contracts.labeled_sets import parse_labeled_set
@@ -165,3 +166,69 @@ def test_an_empty_history_says_so(history: History) -> None:
         svg = render_history(empty, title="t")
     assert "no labeled predictions in this range" in svg
     assert "No step in this range has labels." in svg
+
+
+def test_a_step_with_fewer_labels_than_min_labeled_is_hollow_and_sets_no_axis(
+    history: History, contract: Contract
+) -> None:
+    assert contract.policy.min_labeled == 5
+    few = point(10, 4, 3, 0.63, "insufficient_data")
+    with_few = History("glyphs", "all", START, START + 11 * STEP, STEP, contract, (*POINTS, few))
+    before, after = chart_of(history, title="t"), chart_of(with_few, title="t")
+    assert [t.label for t in after.y_ticks] == [t.label for t in before.y_ticks]
+    assert [m.hollow for m in after.marks] == [False] * 7 + [True]
+    assert after.marks[-1].point_y == pytest.approx(TOP), "drawn at the top of the axis"
+    assert "fewer labels than min_labeled 5" in after.marks[-1].title
+
+
+def test_the_strip_shows_the_window_status_at_each_step_end(history: History) -> None:
+    statuses = (
+        "insufficient_data",
+        "ok",
+        "ok",
+        "ok",
+        "ok",
+        "warn",
+        "alert",
+        "alert",
+        "alert",
+        "ok",
+    )
+    windowed = History(
+        "glyphs",
+        "all",
+        START,
+        START + 10 * STEP,
+        STEP,
+        history.contract,
+        POINTS,
+        status_window="24h",
+        window_statuses=tuple(Status(s) for s in statuses),
+    )
+    chart = chart_of(windowed, title="t")
+    assert [s.status for s in chart.strip] == list(statuses)
+    assert [m.label for m in chart.status_changes] == ["ok → warn", "warn → alert", "alert → ok"]
+    assert chart.strip[5].title.startswith("24h window ending 2026-11-29 06:00 UTC: warn.")
+    assert "Steps whose 24h window ended in alert: 3, in warn: 1." in chart.summary
+
+
+def test_a_rule_label_near_the_bottom_goes_over_its_line_not_into_the_strip() -> None:
+    bottom = TOP + PLOT_H
+    assert history_svg._label_y(TOP + 40) == TOP + 53
+    for line_y in (bottom, bottom - 5, bottom - 15):
+        assert history_svg._label_y(line_y) <= bottom - 3
+
+
+def test_when_no_step_has_min_labeled_labels_one_outlier_still_sets_no_axis(
+    contract: Contract,
+) -> None:
+    few = (*(point(i, 4, 3, 0.05 + 0.005 * i) for i in range(10)), point(10, 4, 3, 0.9))
+    chart = chart_of(
+        History("glyphs", "all", START, START + 11 * STEP, STEP, contract, few), title="t"
+    )
+    calm = chart_of(
+        History("glyphs", "all", START, START + 10 * STEP, STEP, contract, few[:10]), title="t"
+    )
+    assert all(m.hollow for m in chart.marks)
+    assert [t.label for t in chart.y_ticks] == [t.label for t in calm.y_ticks]
+    assert float(chart.y_ticks[-1].label) < 0.9
