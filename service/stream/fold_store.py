@@ -93,6 +93,22 @@ class FoldStatus:
 NO_FOLD = FoldStatus(0, None, None)
 
 
+class StatesFold:
+    """What a reading states of the fold, read from its ``fold`` (a ``FoldStatus``)."""
+
+    fold: FoldStatus
+
+    @property
+    def labels_unfolded(self) -> int:
+        """The model's labels acknowledged but not yet folded into the buckets."""
+        return self.fold.unfolded
+
+    @property
+    def last_fold_at(self) -> datetime | None:
+        """When the fold last counted labels of the model (None: never)."""
+        return self.fold.last_fold_at
+
+
 def enqueue(session: Session, model: str, queued: LabeledRows, now: datetime) -> None:
     """Queue joined labels of ``model`` for the fold as one batch, acknowledged ``now`` (in
     the caller's transaction)."""

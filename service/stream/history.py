@@ -30,7 +30,7 @@ from service.contracts.model import Contract
 from service.contracts.service import current_contract
 from service.stream import bucket_store, fold_store
 from service.stream.bucketing import layout_of
-from service.stream.fold_store import NO_FOLD, FoldStatus
+from service.stream.fold_store import NO_FOLD, FoldStatus, StatesFold
 from service.stream.window_status import statuses_of_windows
 from service.stream.windows import (
     FINE,
@@ -48,7 +48,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
-class HistoryPoint:
+class HistoryPoint(StatesFold):
     """The reading of one step ``[start, start + step)``; metrics None without labels.
     ``fold`` is what the history leaves out (the same for each of its points)."""
 
@@ -73,16 +73,6 @@ class HistoryPoint:
     def label_coverage(self) -> float | None:
         """Share of the step's predictions labeled (None without predictions)."""
         return self.n_labeled / self.n_predictions if self.n_predictions else None
-
-    @property
-    def labels_unfolded(self) -> int:
-        """The model's labels acknowledged but not yet folded into the buckets."""
-        return self.fold.unfolded
-
-    @property
-    def last_fold_at(self) -> datetime | None:
-        """When the fold last counted labels of the model (None: never)."""
-        return self.fold.last_fold_at
 
     def csv_row(self) -> list[Any]:
         """The point in ``CSV_COLUMNS`` order (empty cells for missing values)."""

@@ -33,7 +33,7 @@ from service.contracts.model import Contract
 from service.contracts.service import current_contract
 from service.stream import bucket_store, fold_store
 from service.stream.bucketing import classwise_note, layout_of
-from service.stream.fold_store import NO_FOLD, FoldStatus
+from service.stream.fold_store import NO_FOLD, FoldStatus, StatesFold
 from service.stream.windows import Window
 
 #: Event time before a window whose buckets set its first blocks' variance bound and learned
@@ -56,7 +56,7 @@ def _json_number(value: float | None) -> float | None:
 
 
 @dataclass(frozen=True)
-class WindowReading:
+class WindowReading(StatesFold):
     """A window and cohort slice measured against its contract.
 
     ``reading`` holds the labeled predictions' metrics and bins, ``baseline`` the contract's
@@ -111,16 +111,6 @@ class WindowReading:
         """Binary: the score above which the cost-minimising decision is positive; None for
         multiclass."""
         return self.contract.threshold if self.contract.spec.task == Task.BINARY else None
-
-    @property
-    def labels_unfolded(self) -> int:
-        """The model's labels acknowledged but not yet folded into the buckets."""
-        return self.fold.unfolded
-
-    @property
-    def last_fold_at(self) -> datetime | None:
-        """When the fold last counted labels of the model (None: never)."""
-        return self.fold.last_fold_at
 
 
 def calibration_reading(
