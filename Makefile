@@ -61,13 +61,14 @@ check: lint
 	CALMON_TEST_BACKEND=sqlite $(PYTEST) $(XDIST) -m "not slow" --ignore=tests/failover -q
 
 # Everything, on both backends. The failover tests run alone, one at a time: they time failovers
-# of formations of their own, and take root network namespaces.
+# of formations of their own, and take root network namespaces. Each pytest stage lists its ten
+# slowest tests.
 test: $(DEV)
 	@rm -f $(STAGE_TIMES)
 	$(call timed,lint,$(MAKE) --no-print-directory lint)
-	$(call timed,pytest on SQLite,CALMON_TEST_BACKEND=sqlite $(PYTEST) $(XDIST) --dist loadscope --ignore=tests/failover)
+	$(call timed,pytest on SQLite,CALMON_TEST_BACKEND=sqlite $(PYTEST) $(XDIST) --dist loadscope --durations=10 --ignore=tests/failover)
 ifdef CALMON_TEST_DATABASE_URL
-	$(call timed,pytest on PostgreSQL,CALMON_TEST_BACKEND=postgresql $(PYTEST) $(XDIST) --dist loadscope tests/integration)
+	$(call timed,pytest on PostgreSQL,CALMON_TEST_BACKEND=postgresql $(PYTEST) $(XDIST) --dist loadscope --durations=10 tests/integration)
 else
 	@echo "== PostgreSQL skipped: CALMON_TEST_DATABASE_URL is not set (.ci/run sets it) =="
 endif
