@@ -92,6 +92,7 @@ def test_the_client_installs_alone_and_logs_to_a_served_calmon(tmp_path: Path) -
     assert found == []
     assert _run(venv / "bin" / "calmon", "--version", cwd=tmp_path).strip() == "calmon 0.1.0"
 
+    (tmp_path / "served").mkdir()
     with serving_fresh(tmp_path / "served") as served:
         assert served.call("POST", "/v1/contracts/fit", fit_body("alone"))[0] == 201
         script = tmp_path / "log.py"
