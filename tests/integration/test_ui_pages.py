@@ -330,10 +330,14 @@ def history_json(client: FlaskClient, auth: Auth, query: str) -> dict[str, Any]:
     return ok(client.get(f"/v1/models/glyphs/history?{query}", headers=auth.headers()))
 
 
+MIN_LABELED = 5
+
+
 def test_the_history_svg_has_a_point_and_band_per_step_with_labels(
     client: FlaskClient, auth: Auth
 ) -> None:
-    _multiclass_contract(client, auth)
+    """Each labeled step has a band and a point, hollow when it has fewer than min_labeled."""
+    _multiclass_contract(client, auth, min_labeled=MIN_LABELED)
     _, _, rows = _rows(600, seed=6, prefix="h")
     _send_predictions(client, auth, "glyphs", rows)
     _send_labels(client, auth, "glyphs", [r for i, r in enumerate(rows) if i % 300 >= 120])
@@ -367,7 +371,8 @@ def test_the_history_svg_has_a_point_and_band_per_step_with_labels(
         title = g.findtext(f"{SVG_NS}title") or ""
         assert f"ECE debiased {p['ece_debiased']:.4f}" in title
         assert f"{p['n_labeled']:,} labeled of {p['n_predictions']:,}" in title
-        assert g.find(f"{SVG_NS}circle[@class='point']") is not None
+        drawn = "point hollow" if p["n_labeled"] < MIN_LABELED else "point"
+        assert g.find(f"{SVG_NS}circle[@class='{drawn}']") is not None, p
     lines = svg.findall(f".//{SVG_NS}polyline[@class='ece-line']")
     index = {p["start"]: i for i, p in enumerate(found["points"])}
     runs = _runs([index[p["start"]] for p in labeled])
