@@ -26,6 +26,7 @@ from service.auth.tokens import Role
 from service.db.database import Database
 from service.db.migrate import upgrade_to_head
 from service.db.models import Base
+from tests.integration.browser import Browser, page_browser
 
 ADMIN_TOKEN = "calmon_test-bootstrap-admin-token"
 BACKEND = os.environ.get("CALMON_TEST_BACKEND", "sqlite")
@@ -166,3 +167,10 @@ def assert_envelope(response: Any, status: int, code: str | None = None) -> dict
     if code is not None:
         assert body["error"]["code"] == code
     return body["error"]
+
+
+@pytest.fixture
+def browser() -> Iterator[Browser]:
+    """A headless Chromium page, 1280 x 1800, that records CSP violations."""
+    with page_browser() as chrome:
+        yield chrome

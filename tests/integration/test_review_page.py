@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import html
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from service.db.models import UiSession
 from tests.integration.browser import Browser
 from tests.integration.conftest import ADMIN_TOKEN, Auth
 from tests.integration.factories import fit_body
-from tests.integration.test_served import Served, free_port, served  # noqa: F401
+from tests.integration.test_served import Served, served  # noqa: F401
 from tests.integration.test_stream import (
     _multiclass_contract,
     _random_predictions,
@@ -96,15 +95,6 @@ def test_pages_need_a_reader_and_sign_in_keeps_the_token_out_of_urls(
     assert header.status_code == 200
     missing = client.get("/ui/models/nobody", headers=auth.headers("reader"))
     assert missing.status_code == 404
-
-
-@pytest.fixture
-def browser() -> Iterator[Browser]:
-    chrome = Browser(free_port())
-    try:
-        yield chrome
-    finally:
-        chrome.close()
 
 
 @pytest.mark.slow

@@ -5,19 +5,16 @@ from __future__ import annotations
 
 import base64
 import itertools
-import struct
-import zlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from tests.integration.browser import Browser
+from tests.integration.browser import Browser, decode_png
 from tests.integration.conftest import ADMIN_TOKEN
 from tests.integration.factories import fit_body
-from tests.integration.test_served import Served, free_port, served, wait_until  # noqa: F401
+from tests.integration.test_served import Served, served, wait_until  # noqa: F401
 from tests.integration.test_stream import minutes_ago
 
 pytestmark = pytest.mark.slow
@@ -26,72 +23,6 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 #: The history chart's colours (templates/ui/history.svg): the interval band and the points.
 BAND = (0xA5, 0xD8, 0xFF)
 POINT = (0x0B, 0x4F, 0x8A)
-#: Collects the page's CSP violations from before its first script could run.
-CSP_PROBE = (
-    "window.__csp = [];"
-    "document.addEventListener('securitypolicyviolation',"
-    " e => window.__csp.push(e.violatedDirective + ' ' + e.blockedURI));"
-)
-
-
-def decode_png(data: bytes) -> tuple[int, int, list[list[tuple[int, int, int]]]]:
-    """(width, height, rows of RGB pixels) of an 8-bit, non-interlaced RGB or RGBA PNG."""
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    offset, idat, header = 8, b"", b""
-    while offset < len(data):
-        (length,) = struct.unpack(">I", data[offset : offset + 4])
-        kind = data[offset + 4 : offset + 8]
-        body = data[offset + 8 : offset + 8 + length]
-        if kind == b"IHDR":
-            header = body
-        elif kind == b"IDAT":
-            idat += body
-        offset += 12 + length
-    width, height, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", header)
-    assert depth == 8 and colour in (2, 6) and interlace == 0, (depth, colour, interlace)
-    channels = 4 if colour == 6 else 3
-    stride = width * channels
-    raw = zlib.decompress(idat)
-    rows: list[list[tuple[int, int, int]]] = []
-    previous = bytearray(stride)
-    for y in range(height):
-        start = y * (stride + 1)
-        kind, line = raw[start], bytearray(raw[start + 1 : start + 1 + stride])
-        for i in range(stride):
-            left = line[i - channels] if i >= channels else 0
-            up = previous[i]
-            corner = previous[i - channels] if i >= channels else 0
-            if kind == 1:
-                line[i] = (line[i] + left) & 0xFF
-            elif kind == 2:
-                line[i] = (line[i] + up) & 0xFF
-            elif kind == 3:
-                line[i] = (line[i] + (left + up) // 2) & 0xFF
-            elif kind == 4:
-                p = left + up - corner
-                pa, pb, pc = abs(p - left), abs(p - up), abs(p - corner)
-                guess = left if pa <= pb and pa <= pc else up if pb <= pc else corner
-                line[i] = (line[i] + guess) & 0xFF
-        rows.append([tuple(line[x : x + 3]) for x in range(0, stride, channels)])  # type: ignore[misc]
-        previous = line
-    return width, height, rows
-
-
-@pytest.fixture
-def browser() -> Iterator[Browser]:
-    chrome = Browser(free_port())
-    try:
-        chrome.send("Page.addScriptToEvaluateOnNewDocument", source=CSP_PROBE)
-        chrome.send(
-            "Emulation.setDeviceMetricsOverride",
-            width=1280,
-            height=1800,
-            deviceScaleFactor=1,
-            mobile=False,
-        )
-        yield chrome
-    finally:
-        chrome.close()
 
 
 def populate(served: Served) -> dict[str, Any]:  # noqa: F811

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import subprocess
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -13,14 +12,12 @@ from typing import Any
 import pytest
 
 from service.demo.scenario import DRIFTING
-from tests.integration.browser import Browser
+from tests.integration.browser import Browser, decode_png
 from tests.integration.conftest import ADMIN_TOKEN
-from tests.integration.test_served import CALMON, Served, free_port, served, wait_until  # noqa: F401
+from tests.integration.test_served import CALMON, Served, served, wait_until  # noqa: F401
 from tests.integration.test_ui_browser import (
     ARTIFACTS,
-    CSP_PROBE,
     check_page,
-    decode_png,
     full_page_screenshot,
     sign_in,
 )
@@ -39,23 +36,6 @@ CELLS = """[...document.querySelectorAll('svg.history rect.status')].map(r => {
           fill: r.getAttribute('fill'), title: r.querySelector('title').textContent,
           x: b.x + scrollX, y: b.y + scrollY, width: b.width, height: b.height};
 })"""
-
-
-@pytest.fixture
-def browser() -> Iterator[Browser]:
-    chrome = Browser(free_port())
-    try:
-        chrome.send("Page.addScriptToEvaluateOnNewDocument", source=CSP_PROBE)
-        chrome.send(
-            "Emulation.setDeviceMetricsOverride",
-            width=1280,
-            height=1800,
-            deviceScaleFactor=1,
-            mobile=False,
-        )
-        yield chrome
-    finally:
-        chrome.close()
 
 
 def run_demo(server: Served) -> datetime:
