@@ -4,7 +4,6 @@ with bad parameters is a 422 naming the field with nothing stored."""
 from __future__ import annotations
 
 import json
-import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from service.calibration import (
 )
 from service.cli import build_parser
 from service.contracts.model import FIT_METHODS
-from tests.integration.conftest import ADMIN_TOKEN, Auth
+from tests.integration.conftest import Auth
 from tests.integration.factories import contract_fields, registration_body
 from tests.integration.test_served import CALMON, Served, served  # noqa: F401 - fixture
 
@@ -309,28 +308,11 @@ def test_calmon_fit_takes_a_family_and_auto(served: Served, tmp_path: Path) -> N
     spec.write_text(json.dumps(contract_fields("cli-families", bin_edges=EDGES)))
 
     def fit_cli(*extra: str) -> dict[str, Any]:
-        result = subprocess.run(
-            [
-                str(CALMON),
-                "fit",
-                "--url",
-                served.url,
-                "--token",
-                ADMIN_TOKEN,
-                "--spec",
-                str(spec),
-                "--fit",
-                str(tmp_path / "fit.npz"),
-                "--eval",
-                str(tmp_path / "eval.npz"),
-                *extra,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env={"PATH": ""},
+        result = served.cli(
+            "fit",
+            *("--spec", str(spec), *extra),
+            *("--fit", str(tmp_path / "fit.npz"), "--eval", str(tmp_path / "eval.npz")),
         )
-        assert result.returncode == 0, result.stderr
         return json.loads(result.stdout)
 
     matrix = fit_cli("--method", "matrix")

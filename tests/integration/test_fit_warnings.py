@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from flask.testing import FlaskClient
 
-from tests.integration.conftest import ADMIN_TOKEN, Auth
+from tests.integration.conftest import Auth
 from tests.integration.factories import contract_fields
 from tests.integration.test_served import CALMON, Served, served  # noqa: F401 - fixture
 
@@ -142,30 +142,11 @@ def test_calmon_fit_prints_each_warning_on_stderr(served: Served, tmp_path: Path
             np.savez(tmp_path / f"{name}.npz", logits=np.array(x), labels=np.array(y))
         spec = tmp_path / "spec.json"
         spec.write_text(json.dumps(contract_fields(model)))
-        result = subprocess.run(
-            [
-                str(CALMON),
-                "fit",
-                "--url",
-                served.url,
-                "--token",
-                ADMIN_TOKEN,
-                "--spec",
-                str(spec),
-                "--fit",
-                str(tmp_path / "fit.npz"),
-                "--eval",
-                str(tmp_path / "eval.npz"),
-                "--method",
-                "temperature",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env={"PATH": ""},
+        return served.cli(
+            "fit",
+            *("--spec", str(spec), "--method", "temperature"),
+            *("--fit", str(tmp_path / "fit.npz"), "--eval", str(tmp_path / "eval.npz")),
         )
-        assert result.returncode == 0, result.stderr
-        return result
 
     small = fit_cli("cli-small", _calibrated(100, 5), _calibrated(200, 6))
     lines = [line for line in small.stderr.splitlines() if line.startswith("warning")]

@@ -67,6 +67,21 @@ class Served:
         except ValueError:
             return status, raw.decode()
 
+    def cli(
+        self, command: str, *args: str, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        """``calmon COMMAND --url URL --token ADMIN ARGS`` against this server (no PATH, no
+        CALMON_* variables), asserted to exit 0."""
+        result = subprocess.run(
+            [str(CALMON), command, "--url", self.url, "--token", ADMIN_TOKEN, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={"PATH": ""},
+        )
+        assert result.returncode == 0, result.stderr
+        return result
+
 
 STARTUP_SECONDS = 120.0
 """How long a test waits for a served process to come up: a bound on a failure, generous enough

@@ -4,7 +4,6 @@ page and a gate page, screenshotted; the history strip is red where the incident
 from __future__ import annotations
 
 import base64
-import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,6 @@ import pytest
 
 from service.demo.scenario import DRIFTING
 from tests.integration.browser import Browser, decode_png
-from tests.integration.conftest import ADMIN_TOKEN
 from tests.integration.test_served import CALMON, Served, served, wait_until  # noqa: F401
 from tests.integration.test_ui_browser import (
     ARTIFACTS,
@@ -41,12 +39,7 @@ CELLS = """[...document.querySelectorAll('svg.history rect.status')].map(r => {
 def run_demo(server: Served) -> datetime:
     """``calmon demo`` against the server; returns when its drift began (half the span ago)."""
     started = datetime.now(UTC)
-    subprocess.run(
-        [str(CALMON), "demo", "--url", server.url, "--token", ADMIN_TOKEN, "--wait", "0"],
-        check=True,
-        capture_output=True,
-        timeout=600,
-    )
+    server.cli("demo", "--wait", "0", timeout=600)
     return started - timedelta(hours=HOURS / 2)
 
 
