@@ -133,9 +133,20 @@ def _migrate(_args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    """Serve the API; a database without calmon's schema is refused before gunicorn starts.
+
+    A database that cannot be reached yet is served anyway (``/readyz`` reports it), so a
+    service may start before its database does."""
     from service.server import serve, serve_settings
 
-    serve(serve_settings(load_settings(), args.host, args.port, args.workers, args.threads))
+    settings = load_settings()
+    try:
+        open_database(settings).dispose()
+    except NoSchema:
+        raise
+    except UsageError as exc:
+        print(f"calmon: {exc}; serving, /readyz reports the database", file=sys.stderr)
+    serve(serve_settings(settings, args.host, args.port, args.workers, args.threads))
     return 0
 
 

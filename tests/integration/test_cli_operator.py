@@ -44,6 +44,7 @@ COMMANDS = [
     ["audit", "head"],
     ["audit", "verify"],
     ["refresh"],
+    ["serve", "--host", "256.0.0.1"],
 ]
 
 
