@@ -32,8 +32,8 @@ from service.gate import record as gate_record
 from service.gate import service as gate_service
 from service.gate.record import DecisionRecord
 from service.gate.store import GateDecision
+from service.stream import fold, monitoring
 from service.stream import history as histories
-from service.stream import monitoring
 from service.stream.classwise import ClasswiseReading, classwise_reading
 from service.stream.cohorts import ALL
 from service.stream.replies import Calibration
@@ -274,8 +274,10 @@ def model_page(
     now: datetime,
 ) -> ModelPage:
     """Build the model page (``NotFound`` for an unknown model); without a ``window`` it opens on
-    the shortest configured window that holds data (``_opening_window``)."""
+    the shortest configured window that holds data (``_opening_window``). The model's waiting
+    labels are folded first as for its API readings (``fold.fold_for_read``)."""
     contract = contracts_service.current_contract(session, model, now)
+    fold.fold_for_read(session, model, now)
     window_note = None
     if window is None:
         measured, window_note = _opening_window(session, model, slice_, settings_windows, now)

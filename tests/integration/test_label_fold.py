@@ -149,6 +149,33 @@ def test_the_read_after_an_acknowledged_late_label_counts_it(
     assert bucket_sums(db) == rebuilt(db)
 
 
+@pytest.mark.parametrize(
+    ("path", "counted", "uncounted"),
+    [
+        ("/ui/models/late?{range}", "n = 2 labeled", "n = 0 labeled"),
+        ("/v1/models/late/reliability.svg?{range}", "n = 2 labeled", "n = 0 labeled"),
+        ("/v1/models/late/history.svg?{range}&step=1h", "1 labeled of 1 ", "0 labeled of 1 "),
+    ],
+)
+def test_a_page_or_diagram_after_acknowledged_late_labels_counts_them(
+    client: FlaskClient, auth: Auth, db: Database, path: str, counted: str, uncounted: str
+) -> None:
+    """The model page and its diagrams fold the model's waiting labels first, as its readings
+    do: two labels 20 days late are drawn by the next page or diagram."""
+    now = datetime.now(UTC)
+    rows = predictions(now, n=2, first_day=20)
+    send(client, auth, rows, now)
+    first = datetime.fromisoformat(rows[0]["ts"].replace("Z", "+00:00"))
+    range_ = f"start={iso(first - timedelta(hours=1))}&end={iso(first + timedelta(hours=3))}"
+    response = client.get(
+        path.format(range=range_.replace(":", "%3A")), headers=auth.headers("reader")
+    )
+    assert response.status_code == 200, response.get_data(as_text=True)[:500]
+    assert queued(db) == 0
+    body = response.get_data(as_text=True)
+    assert counted in body and uncounted not in body
+
+
 @pytest.mark.parametrize("path", ["calibration", "history"])
 def test_more_labels_waiting_than_a_read_folds_are_stated_and_consistent_counts_them(
     client: FlaskClient, auth: Auth, db: Database, monkeypatch: pytest.MonkeyPatch, path: str

@@ -1,6 +1,7 @@
 """The SVG diagrams of the API: the reliability diagram of a window and cohort slice or of a
 contract's baseline, and the ECE-over-time chart of a slice. A page's session cookie is accepted
-as well as a bearer token (the review pages inline and link them), and every response carries
+as well as a bearer token (the review pages inline and link them), a model's diagrams fold its
+waiting labels first as its readings do (``fold.fold_for_read``), and every response carries
 the review pages' security headers (``service.web.routes.ui.security_headers``), a
 Content-Security-Policy that allows nothing for an SVG.
 """
@@ -16,8 +17,8 @@ from service.auth.tokens import Permission
 from service.calibration.readings import ReliabilityBin
 from service.common.clock import utcnow
 from service.contracts import service as contracts_service
+from service.stream import fold, monitoring
 from service.stream import history as histories
-from service.stream import monitoring
 from service.web import ui_models as pages
 from service.web.auth import requires
 from service.web.db_session import db_session
@@ -70,6 +71,7 @@ def model_svg(model: str) -> Response:
     now = utcnow()
     query = WindowQuery.parse(now)
     slice_, window = query.slice(), query.reading_window(now)
+    fold.fold_for_read(db_session(), model, now)
     measured = monitoring.calibration_reading(db_session(), model, window, slice_, now)
     return _reliability_svg(
         measured.reading.bins,
@@ -119,5 +121,6 @@ def history_svg(model: str) -> Response:
             db_session(), model, slice_, end, pages.FIT_LONGEST
         )
         step = step if query.given("step") else fitted_step
+    fold.fold_for_read(db_session(), model, now)
     found = histories.model_history(db_session(), model, slice_, start, end, step, now)
     return _svg(render_history(found, title=f"{model}: ECE over time"))
