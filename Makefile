@@ -60,9 +60,10 @@ lint: $(DEV)
 check: lint
 	CALMON_TEST_BACKEND=sqlite $(PYTEST) $(XDIST) -m "not slow" --ignore=tests/failover -q
 
-# Everything, on both backends. The failover tests run alone, one at a time: they time failovers
-# of formations of their own, and take root network namespaces. Each pytest stage lists its ten
-# slowest tests.
+# Everything, on both backends (tests of what stands in front of the database, the proxy, the
+# client and its install, in the SQLite stage only). The failover tests run alone, one at a time:
+# they time failovers of formations of their own, and take root network namespaces. Each pytest
+# stage lists its ten slowest tests.
 test: $(DEV)
 	@rm -f $(STAGE_TIMES)
 	$(call timed,lint,$(MAKE) --no-print-directory lint)

@@ -30,6 +30,11 @@ from tests.integration.browser import Browser, page_browser
 
 ADMIN_TOKEN = "calmon_test-bootstrap-admin-token"
 BACKEND = os.environ.get("CALMON_TEST_BACKEND", "sqlite")
+#: For a test of what stands in front of the database (a proxy, the client, an install), whose
+#: outcome does not depend on the backend: it runs in the SQLite stage only.
+front_of_the_database = pytest.mark.skipif(
+    BACKEND != "sqlite", reason="not about the database: run in the SQLite stage"
+)
 
 
 def _postgres_database(base_url: str) -> Iterator[str]:

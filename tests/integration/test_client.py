@@ -22,7 +22,7 @@ import pytest
 
 from service.client import Calmon, GateDecision, RequestFailed, Unreachable
 from service.db.migrate import upgrade_to_head
-from tests.integration.conftest import ADMIN_TOKEN, fresh_database
+from tests.integration.conftest import ADMIN_TOKEN, fresh_database, front_of_the_database
 from tests.integration.factories import fit_body
 from tests.integration.test_served import (
     CALMON,
@@ -214,6 +214,7 @@ def _server(url: str, port: int, tmp_path: Path) -> Iterator[subprocess.Popen[by
             process.wait(timeout=30)
 
 
+@front_of_the_database
 @pytest.mark.slow
 def test_a_service_down_for_30_seconds_loses_nothing(tmp_path: Path) -> None:
     port = free_port()

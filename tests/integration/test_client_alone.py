@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import ADMIN_TOKEN
+from tests.integration.conftest import ADMIN_TOKEN, front_of_the_database
 from tests.integration.factories import fit_body
 from tests.integration.test_served import serving_fresh
 
@@ -64,6 +64,7 @@ def _run(*args: str | Path, cwd: Path | None = None, env: dict[str, str] | None 
     return done.stdout
 
 
+@front_of_the_database
 def test_the_client_installs_alone_and_logs_to_a_served_calmon(tmp_path: Path) -> None:
     checkout = tmp_path / "checkout"
     checkout.mkdir()

@@ -36,7 +36,7 @@ import pytest
 
 from service.db.migrate import upgrade_to_head
 from tests.deploy.nginx import running_nginx
-from tests.integration.conftest import ADMIN_TOKEN, fresh_database
+from tests.integration.conftest import ADMIN_TOKEN, fresh_database, front_of_the_database
 from tests.integration.factories import fit_body
 from tests.integration.test_served import CALMON, STARTUP_SECONDS, free_port, wait_until
 from tests.integration.test_stream import minutes_ago
@@ -265,6 +265,7 @@ def observe(port: int, seconds: float) -> Observed:
     return seen
 
 
+@front_of_the_database
 def test_slow_clients_starve_gunicorn_alone(tmp_path: Path) -> None:
     with calmon_one_worker(tmp_path) as calmon:
         assert probe(calmon.port) == 200
@@ -279,6 +280,7 @@ def test_slow_clients_starve_gunicorn_alone(tmp_path: Path) -> None:
         wait_until(lambda: probe(calmon.port) == 200, STARTUP_SECONDS, "calmon to answer again")
 
 
+@front_of_the_database
 def test_behind_nginx_slow_clients_do_not_reach_gunicorn(tmp_path: Path) -> None:
     with calmon_one_worker(tmp_path) as calmon:
         proxy = free_port()
