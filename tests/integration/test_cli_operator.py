@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from importlib import metadata
 from pathlib import Path
 
@@ -14,8 +16,8 @@ import pytest
 from service.cli import main
 from service.cli.database import shown_url
 from service.db.migrate import head_revisions
-from tests.integration.conftest import BACKEND, fresh_database
-from tests.integration.test_served import free_port
+from tests.integration.conftest import ADMIN_TOKEN, BACKEND, fresh_database, front_of_the_database
+from tests.integration.test_served import CALMON, STARTUP_SECONDS, free_port, wait_until
 
 
 def test_version_is_the_installed_distributions(capsys: pytest.CaptureFixture[str]) -> None:
@@ -160,3 +162,40 @@ def test_a_database_that_cannot_be_opened_is_named_without_a_traceback(
     assert main(command) == 2
     err = capsys.readouterr().err
     assert f"at {shown_url(url)}" in err and "Traceback" not in err
+
+
+@front_of_the_database
+@pytest.mark.slow
+def test_serve_starts_before_a_database_it_cannot_open_and_is_not_ready(tmp_path: Path) -> None:
+    """An API process may start before its database: it says so, and /readyz answers 503."""
+    url = f"postgresql://postgres@127.0.0.1:{free_port()}/calmon"  # nothing listens there
+    port = free_port()
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [str(CALMON), "serve", "--port", str(port), "--workers", "1"],
+            env={**os.environ, "CALMON_DATABASE_URL": url, "CALMON_ADMIN_TOKEN": ADMIN_TOKEN},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            status = wait_until(
+                lambda: process.poll() is not None or _status(f"http://127.0.0.1:{port}/readyz"),
+                STARTUP_SECONDS,
+                "calmon to answer",
+            )
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+    assert process.returncode != 2 and status == 503, log.read_text()
+    first = log.read_text().splitlines()[0]
+    assert first.startswith(f"calmon: cannot open the database at {shown_url(url)}"), first
+    assert first.endswith("; serving, /readyz reports the database"), first
+
+
+def _status(url: str) -> int | None:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            return int(reply.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
