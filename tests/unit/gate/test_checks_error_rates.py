@@ -8,49 +8,30 @@ temperature fitted on a separable fit set stops on its bound and must fail.
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime
 
 import numpy as np
 import pytest
 
 from service.calibration import IdentityCalibrator
-from service.common.errors import ErrorCollector
-from service.contracts.fitting import fit_contract_spec
 from service.contracts.labeled_sets import LabeledSet
 from service.contracts.model import Contract
-from service.contracts.requests import FitRequest, parse_spec_fields
 from service.gate.checks import evaluate_gate
 from service.gate.requests import parse_gate_request
-from tests.support.simulation import POPULATIONS, scenario
+from tests.support.gate_simulation import simulated_contract
+from tests.support.simulation import scenario
 
 
 def contract_of(
     population: str, method: str, rng: np.random.Generator, rows: int, separable: bool = False
 ) -> Contract:
-    p = POPULATIONS[population]
-    body = {
-        "model": "simulated",
-        "checkpoint": "sha256:" + "ab" * 32,
-        "task": p.task,
-        "population": "simulated rows",
-        "outcome": "simulated labels",
-        "data_window": {"start": "2026-01-01T00:00:00Z", "end": "2026-02-01T00:00:00Z"},
-        "split": {"method": "independent draws"},
-        "bin_edges": list(p.edges),
-    }
-    if p.task == "multiclass":
-        body["classes"] = [f"class{k}" for k in range(p.classes)]
-    errors = ErrorCollector()
-    fields = parse_spec_fields(body, errors)
-    errors.raise_if_any()
+    """A contract calmon fits with ``method`` on ``rows`` calibrated rows (labels set to the
+    top class when ``separable``), its baseline measured on as many fresh ones."""
     calibrated = scenario(population, "constant", 0.0)
     inputs, labels = calibrated.draw(rng, rows)
     if separable:
         labels = inputs.argmax(axis=1)
-    fit = LabeledSet(inputs, labels)
     held_out = LabeledSet(*calibrated.draw(rng, rows))
-    spec = fit_contract_spec(FitRequest(fields, method, fit, held_out))
-    return Contract("simulated", 1, spec, datetime(2026, 2, 1, tzinfo=UTC), "tests", "0" * 64)
+    return simulated_contract(population, method, LabeledSet(inputs, labels), held_out)
 
 
 REQUEST = parse_gate_request({"contract_id": "simulated", "policy": {"max_ece": 0.05}})
