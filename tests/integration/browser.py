@@ -108,6 +108,14 @@ class Browser:
                 raise AssertionError(f"timed out waiting for {condition}")
             time.sleep(0.1)
 
+    def capture(self, clip: dict[str, float] | None = None) -> bytes:
+        """A PNG of the page, or of ``clip`` (``x``, ``y``, ``width``, ``height`` in page CSS
+        pixels, at scale 1), beyond the viewport too."""
+        options: dict[str, Any] = {"format": "png", "captureBeyondViewport": True}
+        if clip is not None:
+            options["clip"] = {**clip, "scale": 1}
+        return base64.b64decode(self.send("Page.captureScreenshot", **options)["data"])
+
     def screenshot(self, path: Path) -> None:
         self.send(
             "Emulation.setDeviceMetricsOverride",
@@ -116,8 +124,7 @@ class Browser:
             deviceScaleFactor=1,
             mobile=False,
         )
-        data = self.send("Page.captureScreenshot", format="png", captureBeyondViewport=True)
-        path.write_bytes(base64.b64decode(data["data"]))
+        path.write_bytes(self.capture())
 
     def close(self) -> None:
         sock = getattr(self, "socket", None)

@@ -3,7 +3,6 @@ Content-Security-Policy on every page (no violation, the stylesheet applied)."""
 
 from __future__ import annotations
 
-import base64
 import itertools
 from pathlib import Path
 from typing import Any
@@ -105,13 +104,7 @@ def check_page(browser: Browser, url: str) -> dict[str, Any]:
 
 def full_page_screenshot(browser: Browser, path: Path) -> None:
     height = int(browser.evaluate("document.documentElement.scrollHeight"))
-    shot = browser.send(
-        "Page.captureScreenshot",
-        format="png",
-        captureBeyondViewport=True,
-        clip={"x": 0, "y": 0, "width": 1280, "height": height, "scale": 1},
-    )
-    path.write_bytes(base64.b64decode(shot["data"]))
+    path.write_bytes(browser.capture({"x": 0, "y": 0, "width": 1280, "height": height}))
 
 
 def test_the_pages_in_a_browser_draw_the_chart_and_keep_to_the_basics(
@@ -154,13 +147,7 @@ def test_the_pages_in_a_browser_draw_the_chart_and_keep_to_the_basics(
         " return [r.x + scrollX, r.y + scrollY, r.width, r.height]; })"
     )
     assert len(points) == len(bands) >= 10
-    shot = browser.send(
-        "Page.captureScreenshot",
-        format="png",
-        captureBeyondViewport=True,
-        clip={**box, "scale": 1},
-    )
-    png = base64.b64decode(shot["data"])
+    png = browser.capture(box)
     (ARTIFACTS / "ui-history-chart.png").write_bytes(png)
     width, height, pixels = decode_png(png)
     assert abs(width - box["width"]) <= 1 and abs(height - box["height"]) <= 1

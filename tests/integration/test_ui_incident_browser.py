@@ -3,7 +3,6 @@ page and a gate page, screenshotted; the history strip is red where the incident
 
 from __future__ import annotations
 
-import base64
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -44,13 +43,7 @@ def run_demo(server: Served) -> datetime:
 
 
 def screenshot_pixels(browser: Browser, box: dict[str, float]) -> Any:
-    shot = browser.send(
-        "Page.captureScreenshot",
-        format="png",
-        captureBeyondViewport=True,
-        clip={**box, "scale": 1},
-    )
-    return decode_png(base64.b64decode(shot["data"]))
+    return decode_png(browser.capture(box))
 
 
 def chart_screenshot(browser: Browser, path: Path) -> None:
@@ -59,10 +52,7 @@ def chart_screenshot(browser: Browser, path: Path) -> None:
         "(() => { const r = document.querySelector('svg.history').getBoundingClientRect();"
         " return {x: r.x + scrollX, y: r.y + scrollY, width: r.width, height: r.height}; })()"
     )
-    shot = browser.send(
-        "Page.captureScreenshot", format="png", captureBeyondViewport=True, clip={**box, "scale": 1}
-    )
-    path.write_bytes(base64.b64decode(shot["data"]))
+    path.write_bytes(browser.capture(box))
 
 
 def test_the_alerting_cohort_page_shows_the_incident_where_it_began(
@@ -85,9 +75,8 @@ def test_the_alerting_cohort_page_shows_the_incident_where_it_began(
     check_page(browser, f"{served.url}/ui/models/demo?cohort=region%3D{DRIFTING}&window=24h")
     full_page_screenshot(browser, ARTIFACTS / "incident-cohort.png")
     chart_screenshot(browser, ARTIFACTS / "incident-cohort-chart.png")
-    top = {"x": 0, "y": 0, "width": 1280, "height": 760, "scale": 1}
-    shot = browser.send("Page.captureScreenshot", format="png", clip=top)
-    (ARTIFACTS / "incident-cohort-top.png").write_bytes(base64.b64decode(shot["data"]))
+    top = browser.capture({"x": 0, "y": 0, "width": 1280, "height": 760})
+    (ARTIFACTS / "incident-cohort-top.png").write_bytes(top)
     assert browser.evaluate("document.querySelector('#drift-status').textContent") == "alert"
     reasons = browser.evaluate("document.querySelector('#reasons li').textContent")
     assert reasons.startswith("ECE above "), reasons
