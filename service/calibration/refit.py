@@ -23,9 +23,12 @@ middle knot (index ``ZERO_KNOT``) and the two bounds exact knots, so an optimum 
 decided by exact knot slopes. The summed loss is interpolated by piecewise quintic Hermite
 polynomials (value, slope, curvature at both ends of each interval).
 
-The grid is uniform in u because scaling the logits slides every row's loss along u unchanged;
-J = 37 keeps the located optimum within 1e-3 in u for N <= 100,000 and K <= 100. The
-measurements behind the grid and its cost are in docs/performance.md.
+The grid is uniform in u because scaling the logits slides every row's loss along u unchanged,
+so the grid errs alike at every u. J = 37 keeps the located optimum within 1e-3 in u for
+N <= 100,000 and K <= 100: the worst error is 2.6e-4 on the hardest data within those limits
+(rows sharing one confident margin with a single error, ``test_refit``), under 1e-5 on Gaussian
+logits. The knot sums are about half the cost of a label batch's bucket statistics
+(docs/performance.md).
 """
 
 from __future__ import annotations
