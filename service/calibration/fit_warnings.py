@@ -68,9 +68,6 @@ class FitWarning:
     code: FitWarningCode
     message: str
 
-    def to_dict(self) -> dict[str, str]:
-        return {"code": str(self.code), "message": self.message}
-
 
 @dataclass(frozen=True)
 class FitEvidence:
