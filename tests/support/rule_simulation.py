@@ -266,40 +266,53 @@ _EDGE = 1e-12
 
 
 class Oracle:
-    """The CUSUM of a rule that knows both populations: before the change every row's success
-    probability is its confidence ``c`` (a calibrated cohort), after it ``q``, the changed
-    scenario's, for the same rows. Each labeled row adds its log-likelihood ratio
-    ``y ln(q / c) + (1 - y) ln((1 - q) / (1 - c))``; it alarms when the CUSUM reaches
-    ``threshold``, the most any rule can do for this change (Lorden, Moustakides: the CUSUM of
-    the likelihood ratio minimises the worst expected delay at its false-alarm rate). Rows are
-    drawn from ``after``'s pool, outcomes afresh (``RowPool``).
+    """The CUSUM of a rule that knows the populations before and after the change.
+
+    After the change every row's success probability is ``q``, the changed scenario's; the rule
+    tests it against ``p0 = c + null_share (q - c)`` for the same rows (``c`` the confidence).
+    Each labeled row adds its log-likelihood ratio ``y ln(q / p0) + (1 - y) ln((1 - q) / (1 -
+    p0))``; it alarms when the CUSUM reaches ``threshold``, set for a mean time to a false alarm
+    on rows drawn from ``p0``. By Lorden's and Moustakides' optimality of this CUSUM, no rule
+    whose mean time to a false alarm on rows from ``p0`` is as long detects the change sooner
+    (in worst-case expected delay).
+
+    ``null_share = 0``: ``p0 = c``, a calibrated cohort, the population before the change.
+    ``0 < null_share < 1``: every gap scaled by ``null_share``, signs kept, so the binned ECE is
+    ``null_share`` times the changed one: at the status rule's alert level, a cohort the rule
+    must not alert on, so its delay bounds that of every rule that keeps as long between false
+    alerts there. Rows are drawn from ``after``'s pool,
+    outcomes afresh (``RowPool``).
     """
 
-    def __init__(self, after: RowPool, threshold: float = float("inf")) -> None:
+    def __init__(
+        self, after: RowPool, threshold: float = float("inf"), null_share: float = 0.0
+    ) -> None:
         self.pool = after
         c = np.clip(after.confidence, _EDGE, 1.0 - _EDGE)
         q = np.clip(after.success, _EDGE, 1.0 - _EDGE)
+        p0 = c + null_share * (q - c)
         self.c = c
         self.q = q
-        self.hit = np.log(q / c)
-        self.miss = np.log((1.0 - q) / (1.0 - c))
+        self.p0 = p0
+        self.hit = np.log(q / p0)
+        self.miss = np.log((1.0 - q) / (1.0 - p0))
         self.threshold = threshold
 
-    def llr(self, rng: np.random.Generator, rows: int, changed: bool) -> FloatArray:
-        """(rows,) log-likelihood ratios of rows from before (``changed`` False) or after."""
+    def llr(self, rng: np.random.Generator, rows: int, success: FloatArray) -> FloatArray:
+        """(rows,) log-likelihood ratios of rows whose outcomes succeed with ``success`` (one of
+        ``c``, ``p0`` or ``q``, per pool row)."""
         pick = rng.integers(0, self.c.size, size=rows)
-        p = (self.q if changed else self.c)[pick]
-        return np.where(rng.random(rows) < p, self.hit[pick], self.miss[pick])
+        return np.where(rng.random(rows) < success[pick], self.hit[pick], self.miss[pick])
 
     def run_lengths(self, rng: np.random.Generator, threshold: float, alarms: int) -> FloatArray:
         """(alarms,) rows between false alarms of the CUSUM at ``threshold`` on rows from
-        before the change (restarted at 0 after each alarm)."""
+        ``p0`` (restarted at 0 after each alarm)."""
         found: list[float] = []
         since, state, chunk = 0, 0.0, 1 << 16
-        z = self.llr(rng, chunk, False)
+        z = self.llr(rng, chunk, self.p0)
         while len(found) < alarms:
             if z.size == 0:
-                z = self.llr(rng, chunk, False)
+                z = self.llr(rng, chunk, self.p0)
             path = np.cumsum(z)
             values = path - np.minimum(np.minimum.accumulate(path), -state)
             over = np.flatnonzero(values >= threshold)
@@ -328,12 +341,14 @@ class Oracle:
     def delays(
         self, rng: np.random.Generator, reps: int, calm_rows: int, horizon_rows: int
     ) -> FloatArray:
-        """(reps,) labels after the change until the CUSUM alarms (calibrated for
-        ``calm_rows`` rows first); -1 when it does not within ``horizon_rows``, or alarmed
-        before the change."""
+        """(reps,) labels after the change until the CUSUM alarms (a calibrated cohort for
+        ``calm_rows`` rows first, as in ``labels_to_alert``); -1 when it does not within
+        ``horizon_rows``, or alarmed before the change."""
         out = np.full(reps, -1.0)
         for r in range(reps):
-            z = np.concatenate([self.llr(rng, calm_rows, False), self.llr(rng, horizon_rows, True)])
+            z = np.concatenate(
+                [self.llr(rng, calm_rows, self.c), self.llr(rng, horizon_rows, self.q)]
+            )
             path = np.cumsum(z)
             values = path - np.minimum(np.minimum.accumulate(path), 0.0)
             over = np.flatnonzero(values >= self.threshold)
