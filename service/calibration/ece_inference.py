@@ -172,7 +172,10 @@ def infer_ece_many(
     if n.shape[1] == 0:
         nan = np.full(n.shape[0], np.nan)
         return EceInferences(*([nan] * len(fields(EceInferences))))
-    return _infer(*_occupied_first(n, c, k), alpha=(1.0 - level) / 2.0)
+    # The tail the decimal level names: 1 - 0.95 is 0.050000000000000044 in binary, and a
+    # p-value just above 0.05 would otherwise meet an interval that excludes 0.
+    alpha = float(f"{(1.0 - level) / 2.0:.12g}")
+    return _infer(*_occupied_first(n, c, k), alpha=alpha)
 
 
 @dataclass(frozen=True)
