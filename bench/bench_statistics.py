@@ -1202,6 +1202,7 @@ def render(
 
 #: The tables ``--only`` can rerun alone, with their section titles.
 SECTION_OF = {
+    "status": "2. Statuses per evaluation",
     "gate": "3. The review gate",
     "step": "5. A step to 2 x max_ece",
     "time": "4. Statuses over time",

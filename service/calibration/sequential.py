@@ -5,26 +5,30 @@ every few dozen refreshes. This module's rule keeps its false-alarm rate over ti
 CUSUM of e-values (an *e-detector*), whose mean time to a false alarm is at least ``e^h``
 blocks whatever the data (Ville's inequality), and in practice far longer.
 
-**The statistic.** For a pattern of signs ``s_m`` over the bins, each row contributes
-``x = s_m (c - y)`` (its bin's sign times confidence minus success). Its mean,
-``sum_m pi_m s_m delta_m``, is at most the true ECE ``sum_m pi_m |delta_m|`` for any signs, and
-equals it when the signs are those of the gaps. So "the ECE is at most mu0" implies
-"every pattern's mean is at most mu0", and a test of the latter never alarms more often than
-its level allows when the former holds, whatever the configuration of gaps.
+**The statistic.** For a pattern of weights ``w_m`` in [-1, 1] over the bins, each row
+contributes ``x = w_m (c - y)`` (its bin's weight times confidence minus success). Its mean,
+``sum_m pi_m w_m delta_m``, is at most the true ECE ``sum_m pi_m |delta_m|`` for any such
+weights, and equals it when the weights are the signs of the gaps. So "the ECE is at most mu0"
+implies "every pattern's mean is at most mu0", and a test of the latter never alarms more often
+than its level allows when the former holds, whatever the configuration of gaps.
 
 **The e-values.** A block of N rows whose pattern sum is X contributes
 ``Z = lambda (X - mu0 N) - (e^lambda - 1 - lambda) v N``: by Bennett's inequality (``x - mu0 <=
 1``, per-row variance at most ``v``) ``E exp(Z) <= 1`` under the null, so the CUSUM
 ``S_b = max(0, S_(b-1) + Z_b)`` is an e-detector. ``lambda = ln(1 + (mu1 - mu0) / v)`` maximises
-the growth of S when the mean is ``mu1``, the shift the detector is tuned for. ``v`` and the
-learned pattern's signs come from the rows just before each block (at least ``LOOKBACK_ROWS``,
-or all there are), never from the block itself, so each Z is an e-value given the past.
+the growth of S when the mean is ``mu1``, the shift the detector is tuned for. Each pattern's
+``v`` (``sum_m pi_m w_m^2 p_m (1 - p_m)``) and the learned patterns' weights come from the rows
+just before each block (at least ``LOOKBACK_ROWS``, or all there are), never from the block
+itself, so each Z is an e-value given the past.
 
 **Patterns.** Over-prediction (every sign +1) and under-prediction (-1) catch gaps of one sign;
 for a positive-class view (binary, or class 1 of a two-class model) over- and under-confidence
 (signs flip at 0.5) catch a temperature misfit; the *learned* pattern takes each bin's sign
-from the gaps of the preceding rows and catches any other configuration. The status uses the
-largest S over the patterns.
+from the gaps of the preceding rows and catches any other configuration. The *learned-weights*
+pattern weighs each bin by its preceding gap over its variance (the direction of the likelihood
+ratio of a small shift), shrunk toward 0 by ``n / (n + SHRINK_ROWS)`` and scaled so the largest
+weight is 1: bins without error weigh little, so an error confined to a few bins is not diluted
+by the noise of the others. The status uses the largest S over the patterns.
 
 **Windows.** The detector starts at 0 at the window's first block and reads its blocks (the
 buckets the window is tiled with: hours, 5-minute buckets at its ragged ends) in order; its value
@@ -53,12 +57,15 @@ LOOKBACK_ROWS = 600
 MIN_VARIANCE = 0.01
 #: The shift a detector is tuned for is at least this (a policy with max_ece 0 still detects).
 MIN_SHIFT = 0.005
+#: Rows that shrink a bin's learned weight toward 0: ``n / (n + SHRINK_ROWS)`` of its gap.
+SHRINK_ROWS = 30.0
 
 OVER_PREDICTION = "over-prediction"
 UNDER_PREDICTION = "under-prediction"
 OVER_CONFIDENCE = "over-confidence"
 UNDER_CONFIDENCE = "under-confidence"
 LEARNED = "learned"
+LEARNED_WEIGHTS = "learned-weights"
 
 
 @dataclass(frozen=True)
@@ -97,8 +104,9 @@ class BinTables:
 
 @dataclass(frozen=True)
 class PatternSums:
-    """Per block: each pattern's signed gap sum ``X`` (P, B), the rows ``N`` (B,) and the
-    per-row variance bound ``v`` (B,) from the rows before it; and the patterns' names."""
+    """Per block: each pattern's weighted gap sum ``X`` (P, B), the rows ``N`` (B,) and each
+    pattern's per-row variance bound ``v`` (P, B) from the rows before it; and the patterns'
+    names."""
 
     X: FloatArray
     N: FloatArray
@@ -126,11 +134,12 @@ class PatternSums:
         n, c, k = blocks
         ln, lc, lk = before
         g = c - k
-        signs, names = _patterns(edges, confidence_view, lc - lk, B=g.shape[0])
+        p = _lookback_success(ln, lc, lk)
+        signs, names = _patterns(edges, confidence_view, ln, lc - lk, p, B=g.shape[0])
         return cls(
             np.einsum("pbm,bm->pb", signs, g),
             n.sum(axis=1),
-            _lookback_variance(n, c, ln, lc, lk),
+            _lookback_variance(n, c, ln, p, signs),
             tuple(names),
         )
 
@@ -138,7 +147,7 @@ class PatternSums:
         """(P, B) e-value logs ``Z`` of every block and pattern under ``design``."""
         lam = np.log1p((design.alternative - design.null) / self.v)
         penalty = (np.expm1(lam) - lam) * self.v
-        return lam[None, :] * (self.X - design.null * self.N[None, :]) - (penalty * self.N)[None, :]
+        return lam * (self.X - design.null * self.N[None, :]) - penalty * self.N[None, :]
 
 
 @dataclass(frozen=True)
@@ -263,28 +272,39 @@ def _lookback_sums(values: FloatArray, n: FloatArray) -> FloatArray:
     return cumulative[index] - cumulative[start]
 
 
-def _lookback_variance(
-    n: FloatArray, c: FloatArray, ln: FloatArray, lc: FloatArray, lk: FloatArray
-) -> FloatArray:
-    """(B,) per-row variance bound for each block from the rows before it (``ln``, ``lc``,
-    ``lk``): per bin, the success probability between the mean confidence and the success
-    rate nearest 1/2; the block's own confidences (``n``, ``c``) where nothing came before.
-    Never below ``MIN_VARIANCE``."""
+def _lookback_success(ln: FloatArray, lc: FloatArray, lk: FloatArray) -> FloatArray:
+    """(B, M) per bin, the success probability between the lookback rows' mean confidence and
+    success rate that lies nearest 1/2 (the largest Bernoulli variance the two admit)."""
     safe = np.where(ln > 0, ln, 1.0)
-    p = np.clip(0.5, np.minimum(lc, lk) / safe, np.maximum(lc, lk) / safe)
+    return np.clip(0.5, np.minimum(lc, lk) / safe, np.maximum(lc, lk) / safe)
+
+
+def _lookback_variance(
+    n: FloatArray, c: FloatArray, ln: FloatArray, p: FloatArray, weights: FloatArray
+) -> FloatArray:
+    """(P, B) per-row variance bound of each pattern's ``x = w_m (c - y)`` for each block from
+    the rows before it (bin counts ``ln``, success probabilities ``p``); the block's own
+    confidences (``n``, ``c``) where nothing came before. Never below ``MIN_VARIANCE``."""
     seen = ln.sum(axis=1)
-    before = (ln * p * (1.0 - p)).sum(axis=1) / np.where(seen > 0, seen, 1.0)
+    before = np.einsum("pbm,bm->pb", weights**2, ln * p * (1.0 - p)) / np.where(seen > 0, seen, 1.0)
     own_rows = n.sum(axis=1)
     own_mean = np.where(n > 0, c / np.where(n > 0, n, 1.0), 0.0)
     own = (n * own_mean * (1.0 - own_mean)).sum(axis=1) / np.where(own_rows > 0, own_rows, 1.0)
-    return np.maximum(np.where(seen > 0, before, np.where(own_rows > 0, own, 0.25)), MIN_VARIANCE)
+    fallback = np.where(own_rows > 0, own, 0.25)
+    return np.maximum(np.where(seen > 0, before, fallback[None, :]), MIN_VARIANCE)
 
 
 def _patterns(
-    edges: FloatArray, confidence_view: bool, looked: FloatArray, B: int
+    edges: FloatArray,
+    confidence_view: bool,
+    ln: FloatArray,
+    looked: FloatArray,
+    p: FloatArray,
+    B: int,
 ) -> tuple[FloatArray, list[str]]:
-    """(P, B, M) signs per pattern and block, and the patterns' names; ``looked`` holds the
-    (B, M) gap sums of the rows before each block."""
+    """(P, B, M) weights in [-1, 1] per pattern and block, and the patterns' names; ``ln`` holds
+    the (B, M) counts of the rows before each block, ``looked`` their gap sums and ``p`` their
+    success probabilities (``_lookback_success``)."""
     M = looked.shape[1]
     fixed = [(OVER_PREDICTION, np.ones(M)), (UNDER_PREDICTION, -np.ones(M))]
     if confidence_view:
@@ -294,8 +314,13 @@ def _patterns(
     overall = np.sign(looked.sum(axis=1, keepdims=True))
     learned = np.sign(looked)
     learned = np.where(learned == 0.0, np.where(overall == 0.0, 1.0, overall), learned)
-    signs = np.stack([np.broadcast_to(s, (B, M)) for _, s in fixed] + [learned])
-    return signs, [name for name, _ in fixed] + [LEARNED]
+    score = (
+        looked / np.maximum(p * (1.0 - p), MIN_VARIANCE) / np.where(ln > 0, ln + SHRINK_ROWS, 1.0)
+    )
+    top = np.abs(score).max(axis=1, keepdims=True)
+    weighted = np.where(top > 0, score / np.where(top > 0, top, 1.0), learned)
+    signs = np.stack([np.broadcast_to(s, (B, M)) for _, s in fixed] + [learned, weighted])
+    return signs, [name for name, _ in fixed] + [LEARNED, LEARNED_WEIGHTS]
 
 
 def alert_design(level: float) -> DetectorDesign:

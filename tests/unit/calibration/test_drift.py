@@ -287,10 +287,13 @@ def test_a_cohort_within_tolerance_rarely_warns_even_against_a_500_row_baseline(
     assert np.mean((got == "warn") | (got == "alert")) <= 0.05
 
 
-@pytest.mark.parametrize("population", ["beta25", "confident_k10"])
-def test_a_cohort_at_max_ece_never_alerts_in_a_window(population):
+@pytest.mark.parametrize(
+    ("population", "shape"),
+    [("beta25", "constant"), ("confident_k10", "constant"), ("k10", "one_bin")],
+)
+def test_a_cohort_at_max_ece_never_alerts_in_a_window(population, shape):
     rng = np.random.default_rng(11)
-    pool = RowPool(scenario(population, "constant", 1.0), rng, 200_000)
+    pool = RowPool(scenario(population, shape, 1.0), rng, 200_000)
     levels = baseline_levels(pool, rng, 2000, 100, DEFAULT)
     got = window_statuses(pool, levels, rng, 3000, DEFAULT)
     assert np.mean(got == "alert") <= 0.01
@@ -306,9 +309,12 @@ def test_looks_are_counted_a_calibrated_cohort_streams_for_weeks_without_a_false
     assert sum(onsets.values()) == 0
 
 
-def test_a_cohort_at_0_9_max_ece_does_not_alert_over_weeks():
+@pytest.mark.parametrize(
+    ("population", "shape"), [("confident_k10", "constant"), ("k10", "one_bin")]
+)
+def test_a_cohort_at_0_9_max_ece_does_not_alert_over_weeks(population, shape):
     rng = np.random.default_rng(13)
-    pool = RowPool(scenario("confident_k10", "constant", 0.9), rng, 200_000)
+    pool = RowPool(scenario(population, shape, 0.9), rng, 200_000)
     levels = baseline_levels(pool, rng, 2000, 1, DEFAULT)[0]
     onsets = steady_onsets(pool, levels, rng, 10)
     assert sum(v for k, v in onsets.items() if k.startswith("alert")) == 0
