@@ -237,23 +237,27 @@ def _paths(
     pattern's current stretch and the pattern names."""
     Z, names = block_increments(tables, design)
     Z = Z[:, lookback_blocks:]
-    rows = np.asarray(tables.rows[lookback_blocks:], dtype=float).tolist()
+    rows = np.asarray(tables.rows[lookback_blocks:], dtype=float)
+    after = np.concatenate([np.cumsum(rows[::-1])[::-1], [0.0]])
     P, B = Z.shape
     path = np.zeros((P, B)) if whole_path else np.zeros((P, min(B, 1)))
     stretch = np.zeros(P)
     # One pattern at a time on Python floats: the recursion is sequential in the blocks, and
-    # per-block array operations over a few patterns cost more than the arithmetic.
+    # per-block array operations over a few patterns cost more than the arithmetic. A stretch
+    # starts after the last block where S was not positive (a NaN ends one too).
     for p, increments in enumerate(Z.tolist()):
-        S = run = 0.0
-        values = []
-        for z, n in zip(increments, rows, strict=True):
+        S, start = 0.0, 0
+        values: list[float] | None = [] if whole_path else None
+        for b, z in enumerate(increments):
             S += z
-            if S <= 0.0:  # not a NaN, which stays, as under np.maximum
-                S = 0.0
-            run = run + n if S > 0.0 else 0.0
-            values.append(S)
-        stretch[p] = run
-        if whole_path:
+            if not S > 0.0:
+                if S <= 0.0:  # not a NaN, which stays, as under np.maximum
+                    S = 0.0
+                start = b + 1
+            if values is not None:
+                values.append(S)
+        stretch[p] = after[start]
+        if values is not None:
             path[p] = values
         elif B:
             path[p, 0] = S
