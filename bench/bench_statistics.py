@@ -51,7 +51,7 @@ from scipy.stats import norm
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from service.calibration import IdentityCalibrator
-from service.calibration.drift import DriftPolicy
+from service.calibration.drift import DriftPolicy, StatusLevels
 from service.calibration.ece_inference import infer_ece_many
 from service.calibration.shift import confidence_shift
 from service.calibration.vocabulary import Status
@@ -386,8 +386,13 @@ def _step_job(job: Job) -> Arrays:
     population, shape = job.key
     rng = _rng("step", job.key)
     before, after = _pool(population, shape, 0.0), _pool(population, shape, 2.0)
-    levels = baseline_levels(before, rng, 2000, 1, POLICY)[0]
+    levels = _step_levels(before, rng)
     return {"labels": labels_to_alert(before, after, levels, rng, job.reps)}
+
+
+def _step_levels(before: RowPool, rng: np.random.Generator) -> StatusLevels:
+    """The status levels of a step cell: from one calibrated baseline of 2,000 rows."""
+    return baseline_levels(before, rng, 2000, 1, POLICY)[0]
 
 
 def _oracle_job(job: Job) -> Arrays:
@@ -396,13 +401,14 @@ def _oracle_job(job: Job) -> Arrays:
     horizon): ``labels`` against the calibrated cohort, ``boundary_labels`` against the cohort at
     the step cell's alert level (``Oracle``; the step job's baseline, drawn again)."""
     population, shape = job.key
-    before = _pool(population, shape, 0.0)
-    levels = baseline_levels(before, _rng("step", job.key), 2000, 1, POLICY)[0]
-    boundary = levels.alert / _scenario(population, shape, 2.0).true_ece
+    levels = _step_levels(_pool(population, shape, 0.0), _rng("step", job.key))
+    after = _pool(population, shape, 2.0)
     out: dict[str, np.ndarray] = {"alert_level": np.array([levels.alert])}
-    for name, share, stream in (("", 0.0, 1), ("boundary_", boundary, 2)):
+    for name, oracle, stream in (
+        ("", Oracle(after), 1),
+        ("boundary_", Oracle.at_level(after, levels.alert), 2),
+    ):
         rng = _rng("step", (*job.key, stream))
-        oracle = Oracle(_pool(population, shape, 2.0), null_share=share)
         threshold = oracle.tune(rng)
         out[f"{name}labels"] = oracle.delays(rng, job.reps, ORACLE_CALM_ROWS, ORACLE_HORIZON_ROWS)
         out[f"{name}threshold"] = np.array([threshold])

@@ -298,6 +298,12 @@ class Oracle:
         self.miss = np.log((1.0 - q) / (1.0 - p0))
         self.threshold = threshold
 
+    @classmethod
+    def at_level(cls, after: RowPool, level: float) -> Oracle:
+        """The oracle whose null is ``after``'s rows at true ECE ``level`` (its gaps scaled by
+        ``level`` over its ECE)."""
+        return cls(after, null_share=level / after.scenario.true_ece)
+
     def llr(self, rng: np.random.Generator, rows: int, success: FloatArray) -> FloatArray:
         """(rows,) log-likelihood ratios of rows whose outcomes succeed with ``success`` (one of
         ``c``, ``p0`` or ``q``, per pool row)."""
